@@ -1,0 +1,310 @@
+// Package memory is an in-memory JobStore. It keeps nothing across restarts
+// and exists for tests of the application core and for embedding Aquifer where
+// durability is not wanted. It passes the same contract suite as the durable
+// backends.
+package memory
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+type idemKey struct {
+	kind       domain.Kind
+	user, name string
+}
+
+// Store is an in-memory JobStore, safe for concurrent use.
+type Store struct {
+	mu     sync.Mutex
+	seq    int64
+	jobs   map[domain.JobID]*domain.Job
+	bySeq  map[int64]domain.JobID
+	idem   map[idemKey]domain.JobID
+	closed bool
+	now    func() time.Time
+}
+
+var _ ports.JobStore = (*Store)(nil)
+
+// New returns an empty store. now defaults to time.Now.
+func New(now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{
+		jobs:  make(map[domain.JobID]*domain.Job),
+		bySeq: make(map[int64]domain.JobID),
+		idem:  make(map[idemKey]domain.JobID),
+		now:   now,
+	}
+}
+
+func keyOf(j *domain.Job) idemKey { return idemKey{j.Kind, j.UserID, j.IdempotentKey} }
+
+func (s *Store) check() error {
+	if s.closed {
+		return domain.ErrClosed
+	}
+	return nil
+}
+
+// Insert implements ports.JobStore.
+func (s *Store) Insert(_ context.Context, job *domain.Job) (*domain.Job, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, false, err
+	}
+	j, fresh := s.insertLocked(job)
+	return j.Clone(), fresh, nil
+}
+
+func (s *Store) insertLocked(job *domain.Job) (*domain.Job, bool) {
+	if id, ok := s.idem[keyOf(job)]; ok {
+		existing := s.jobs[id]
+		if !existing.Expired(job.CreatedAt) {
+			return existing, false
+		}
+		s.deleteLocked(existing)
+	}
+	s.seq++
+	j := job.Clone()
+	j.Seq = s.seq
+	s.jobs[j.ID] = j
+	s.bySeq[j.Seq] = j.ID
+	s.idem[keyOf(j)] = j.ID
+	return j, true
+}
+
+func (s *Store) deleteLocked(j *domain.Job) {
+	delete(s.jobs, j.ID)
+	delete(s.bySeq, j.Seq)
+	if s.idem[keyOf(j)] == j.ID {
+		delete(s.idem, keyOf(j))
+	}
+}
+
+// Get implements ports.JobStore.
+func (s *Store) Get(_ context.Context, id domain.JobID) (*domain.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	j, ok := s.jobs[id]
+	if !ok || j.Expired(s.now()) {
+		return nil, domain.ErrNotFound
+	}
+	return j.Clone(), nil
+}
+
+// Delete implements ports.JobStore.
+func (s *Store) Delete(_ context.Context, id domain.JobID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	j, ok := s.jobs[id]
+	if !ok {
+		return domain.ErrNotFound
+	}
+	s.deleteLocked(j)
+	return nil
+}
+
+// MarkInFlight implements ports.JobStore.
+func (s *Store) MarkInFlight(_ context.Context, p *ports.MarkInFlightParams) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	if j, ok := s.jobs[p.ID]; ok && !j.Status.Terminal() {
+		j.Status, j.DispatchedAt, j.UpdatedAt = domain.StatusInFlight, p.At, p.At
+	}
+	return nil
+}
+
+// Requeue implements ports.JobStore.
+func (s *Store) Requeue(_ context.Context, p *ports.RequeueParams) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	j, ok := s.jobs[p.ID]
+	if !ok || j.Status.Terminal() {
+		return domain.ErrNotFound
+	}
+	j.Status, j.Attempts, j.UpdatedAt, j.ExpiresAt = domain.StatusQueued, p.Attempts, p.Now, p.Now.Add(domain.QueuedTTL)
+	return nil
+}
+
+// Finish implements ports.JobStore.
+func (s *Store) Finish(_ context.Context, p *ports.FinishParams) (*domain.Job, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, false, err
+	}
+	j, ok := s.jobs[p.ID]
+	if !ok {
+		return nil, false, domain.ErrNotFound
+	}
+	j.Status, j.Attempts, j.UpdatedAt, j.ExpiresAt = p.Status, p.Attempts, p.Now, p.Now.Add(domain.TTL(p.Status))
+	r := domain.Result{}
+	if p.Result != nil {
+		r = *p.Result
+		r.Body = append([]byte(nil), p.Result.Body...)
+	}
+	j.Result = &r
+	if p.FollowUp == nil {
+		return nil, false, nil
+	}
+	f, fresh := s.insertLocked(p.FollowUp)
+	return f.Clone(), fresh, nil
+}
+
+// ListQueued implements ports.JobStore.
+func (s *Store) ListQueued(_ context.Context, p *ports.ListQueuedParams) ([]*domain.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out []*domain.Job
+	for _, j := range s.jobs {
+		if j.Lane == p.Lane && j.Status == domain.StatusQueued && j.Seq > p.AfterSeq && !j.Expired(p.Now) {
+			out = append(out, j)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	if len(out) > p.Limit {
+		out = out[:p.Limit]
+	}
+	for i, j := range out {
+		out[i] = j.Clone()
+	}
+	return out, nil
+}
+
+// QueuedLanes implements ports.JobStore.
+func (s *Store) QueuedLanes(_ context.Context) ([]domain.LaneKey, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	seen := map[domain.LaneKey]bool{}
+	var out []domain.LaneKey
+	for _, j := range s.jobs {
+		if j.Status == domain.StatusQueued && !seen[j.Lane] {
+			seen[j.Lane] = true
+			out = append(out, j.Lane)
+		}
+	}
+	return out, nil
+}
+
+// RecoverInFlight implements ports.JobStore.
+func (s *Store) RecoverInFlight(_ context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, j := range s.jobs {
+		if j.Status == domain.StatusInFlight {
+			j.Status = domain.StatusQueued
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ResetStale implements ports.JobStore.
+func (s *Store) ResetStale(_ context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out []*domain.Job
+	for _, j := range s.jobs {
+		if j.Status == domain.StatusInFlight && j.DispatchedAt.Before(p.DispatchedBefore) && !p.Exclude[j.ID] {
+			j.Status, j.UpdatedAt, j.ExpiresAt = domain.StatusQueued, p.Now, p.Now.Add(domain.QueuedTTL)
+			out = append(out, j.Clone())
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	return out, nil
+}
+
+// Purge implements ports.JobStore.
+func (s *Store) Purge(_ context.Context, p *ports.PurgeParams) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, j := range s.jobs {
+		if n >= p.Limit {
+			break
+		}
+		if j.Expired(p.Now) {
+			s.deleteLocked(j)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Counts implements ports.JobStore.
+func (s *Store) Counts(_ context.Context) (ports.Counts, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var c ports.Counts
+	if err := s.check(); err != nil {
+		return c, err
+	}
+	now := s.now()
+	for _, j := range s.jobs {
+		if j.Expired(now) {
+			continue
+		}
+		switch j.Status {
+		case domain.StatusQueued:
+			c.Queued++
+		case domain.StatusInFlight:
+			c.InFlight++
+		}
+	}
+	return c, nil
+}
+
+// Ping implements ports.JobStore.
+func (s *Store) Ping(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.check()
+}
+
+// SizeBytes implements ports.JobStore: an in-memory store has no size to report.
+func (s *Store) SizeBytes(context.Context) (int64, error) { return -1, nil }
+
+// Close implements ports.JobStore.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}

@@ -1,0 +1,13 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/aquiferhq/aquifer/internal/adapters/outbound/memory"
+	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storetest"
+)
+
+func TestContract(t *testing.T) {
+	storetest.Exercise(t, func(t *testing.T) ports.JobStore { return memory.New(nil) })
+}

@@ -1,0 +1,323 @@
+// Package sqlite is Aquifer's default JobStore: one embedded SQLite database
+// (pure Go, modernc.org/sqlite) in WAL mode.
+//
+// Writes go through a single writer goroutine that gathers every operation
+// waiting at the moment it starts a transaction and commits them together:
+// group commit. With synchronous=FULL each commit is one fsync of the WAL, so
+// N concurrent inserts cost one fsync instead of N, and every caller still
+// returns only after its own row is durable. Reads use a separate pool of
+// read-only connections, which WAL lets run beside the writer.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+//go:embed schema.sql
+var schema string
+
+// Sync is the SQLite synchronous level.
+type Sync string
+
+const (
+	// SyncFull fsyncs the WAL on every commit: a commit that returned survives
+	// power loss. The default.
+	SyncFull Sync = "full"
+	// SyncNormal fsyncs only at checkpoints: still crash-safe for the process
+	// (kill -9), but the last commits can be lost on power loss or an OS crash.
+	SyncNormal Sync = "normal"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Path is the database file; its directory must exist.
+	Path string
+	// Sync is the durability level; default SyncFull.
+	Sync Sync
+	// MaxBatch caps how many operations share one transaction; default 1024.
+	MaxBatch int
+	// ReadConns is the size of the read pool; default 4.
+	ReadConns int
+	// Logger receives store errors; default no-op.
+	Logger *zap.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Sync == "" {
+		o.Sync = SyncFull
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1024
+	}
+	if o.ReadConns <= 0 {
+		o.ReadConns = 4
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
+// Store is a JobStore on SQLite.
+type Store struct {
+	opts  Options
+	log   *zap.Logger
+	wdb   *sql.DB // one connection, owned by the writer goroutine
+	rdb   *sql.DB // read pool
+	stmts writeStmts
+
+	ops       chan *op
+	closeOnce sync.Once
+	closing   chan struct{}
+	done      chan struct{}
+	mu        sync.RWMutex // guards closed against sends after Close
+	closed    bool
+}
+
+var _ ports.JobStore = (*Store)(nil)
+
+// Open opens (creating if needed) the database at opts.Path and starts the
+// writer.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if opts.Path == "" {
+		return nil, errors.New("sqlite: empty path")
+	}
+	if opts.Sync != SyncFull && opts.Sync != SyncNormal {
+		return nil, fmt.Errorf("sqlite: unknown sync level %q (want full or normal)", opts.Sync)
+	}
+	wdb, err := sql.Open("sqlite", dsn(opts.Path, opts.Sync, false))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", opts.Path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	if _, err := wdb.ExecContext(ctx, schema); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("apply sqlite schema to %s: %w", opts.Path, err)
+	}
+	rdb, err := sql.Open("sqlite", dsn(opts.Path, opts.Sync, true))
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("open sqlite %s for reading: %w", opts.Path, err)
+	}
+	rdb.SetMaxOpenConns(opts.ReadConns)
+	rdb.SetMaxIdleConns(opts.ReadConns)
+	s := &Store{
+		opts:    opts,
+		log:     opts.Logger,
+		wdb:     wdb,
+		rdb:     rdb,
+		ops:     make(chan *op, 4*opts.MaxBatch),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if err := s.stmts.prepare(ctx, wdb); err != nil {
+		wdb.Close()
+		rdb.Close()
+		return nil, err
+	}
+	go s.writer()
+	return s, nil
+}
+
+func dsn(path string, sync Sync, readOnly bool) string {
+	var b strings.Builder
+	b.WriteString("file:" + path + "?_txlock=immediate")
+	b.WriteString("&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	b.WriteString("&_pragma=synchronous(" + strings.ToUpper(string(sync)) + ")")
+	b.WriteString("&_pragma=journal_size_limit(67108864)&_pragma=temp_store(MEMORY)")
+	if readOnly {
+		b.WriteString("&_pragma=query_only(1)")
+	}
+	return b.String()
+}
+
+// Path returns the database file.
+func (s *Store) Path() string { return s.opts.Path }
+
+// Close commits pending operations, stops the writer and closes the database.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.closing)
+		<-s.done
+	})
+	// Closing twice is harmless for database/sql.
+	werr := s.wdb.Close()
+	rerr := s.rdb.Close()
+	return errors.Join(werr, rerr)
+}
+
+// submit hands an operation to the writer. When o.done is set it waits for the
+// result; once submitted, the wait ignores ctx, so a caller that goes away
+// cannot be told "failed" about a write that in fact committed.
+func (s *Store) submit(ctx context.Context, o *op) opResult {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return opResult{err: domain.ErrClosed}
+	}
+	select {
+	case s.ops <- o:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return opResult{err: ctx.Err()}
+	}
+	s.mu.RUnlock()
+	if o.done == nil {
+		return opResult{}
+	}
+	return <-o.done
+}
+
+// Insert implements ports.JobStore.
+func (s *Store) Insert(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
+	r := s.submit(ctx, &op{kind: opInsert, job: job, done: make(chan opResult, 1)})
+	return r.job, r.fresh, r.err
+}
+
+// Delete implements ports.JobStore.
+func (s *Store) Delete(ctx context.Context, id domain.JobID) error {
+	return s.submit(ctx, &op{kind: opDelete, id: id, done: make(chan opResult, 1)}).err
+}
+
+// MarkInFlight implements ports.JobStore. It does not wait for the commit.
+func (s *Store) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) error {
+	return s.submit(ctx, &op{kind: opMarkInFlight, id: p.ID, at: p.At}).err
+}
+
+// Requeue implements ports.JobStore.
+func (s *Store) Requeue(ctx context.Context, p *ports.RequeueParams) error {
+	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, attempts: p.Attempts, at: p.Now, done: make(chan opResult, 1)}).err
+}
+
+// Finish implements ports.JobStore.
+func (s *Store) Finish(ctx context.Context, p *ports.FinishParams) (*domain.Job, bool, error) {
+	r := s.submit(ctx, &op{kind: opFinish, finish: p, id: p.ID, at: p.Now, done: make(chan opResult, 1)})
+	return r.job, r.fresh, r.err
+}
+
+// RecoverInFlight implements ports.JobStore.
+func (s *Store) RecoverInFlight(ctx context.Context) (int, error) {
+	r := s.submit(ctx, &op{kind: opRecover, at: time.Now(), done: make(chan opResult, 1)})
+	return r.n, r.err
+}
+
+// ResetStale implements ports.JobStore.
+func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
+	r := s.submit(ctx, &op{kind: opResetStale, stale: p, at: p.Now, done: make(chan opResult, 1)})
+	return r.jobs, r.err
+}
+
+// Purge implements ports.JobStore.
+func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
+	r := s.submit(ctx, &op{kind: opPurge, at: p.Now, limit: p.Limit, done: make(chan opResult, 1)})
+	return r.n, r.err
+}
+
+// Get implements ports.JobStore.
+func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
+	row := s.rdb.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id = ?", string(id))
+	j, err := scanJob(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, domain.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get job: %w", err)
+	}
+	if j.Expired(time.Now()) {
+		return nil, domain.ErrNotFound
+	}
+	return j, nil
+}
+
+// ListQueued implements ports.JobStore.
+func (s *Store) ListQueued(ctx context.Context, p *ports.ListQueuedParams) ([]*domain.Job, error) {
+	rows, err := s.rdb.QueryContext(ctx,
+		"SELECT "+jobColumns+" FROM jobs WHERE lane = ? AND status = 'queued' AND seq > ? AND expires_at > ? ORDER BY seq LIMIT ?",
+		string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list queued: %w", err)
+	}
+	return collect(rows)
+}
+
+// QueuedLanes implements ports.JobStore.
+func (s *Store) QueuedLanes(ctx context.Context) ([]domain.LaneKey, error) {
+	rows, err := s.rdb.QueryContext(ctx, "SELECT DISTINCT lane FROM jobs WHERE status = 'queued'")
+	if err != nil {
+		return nil, fmt.Errorf("queued lanes: %w", err)
+	}
+	defer rows.Close()
+	var lanes []domain.LaneKey
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			return nil, fmt.Errorf("queued lanes: %w", err)
+		}
+		lanes = append(lanes, domain.LaneKey(l))
+	}
+	return lanes, rows.Err()
+}
+
+// Counts implements ports.JobStore.
+func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
+	var c ports.Counts
+	now := ms(time.Now())
+	err := s.rdb.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM jobs WHERE status = 'queued' AND expires_at > ?),
+		(SELECT count(*) FROM jobs WHERE status = 'in_flight' AND expires_at > ?)`, now, now).Scan(&c.Queued, &c.InFlight)
+	if err != nil {
+		return c, fmt.Errorf("count jobs: %w", err)
+	}
+	return c, nil
+}
+
+// Ping implements ports.JobStore.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	if err := s.rdb.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+		return fmt.Errorf("ping sqlite: %w", err)
+	}
+	s.mu.RLock()
+	closed := s.closed
+	s.mu.RUnlock()
+	if closed {
+		return domain.ErrClosed
+	}
+	return nil
+}
+
+// SizeBytes implements ports.JobStore: the bytes of pages in use (freed pages
+// do not count, so the figure shrinks when jobs are purged) plus the WAL.
+func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
+	var pages, free, size int64
+	if err := s.rdb.QueryRowContext(ctx,
+		"SELECT (SELECT page_count FROM pragma_page_count), (SELECT freelist_count FROM pragma_freelist_count), (SELECT page_size FROM pragma_page_size)").
+		Scan(&pages, &free, &size); err != nil {
+		return 0, fmt.Errorf("sqlite size: %w", err)
+	}
+	total := (pages - free) * size
+	if fi, err := os.Stat(s.opts.Path + "-wal"); err == nil {
+		total += fi.Size()
+	}
+	return total, nil
+}

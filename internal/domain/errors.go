@@ -1,0 +1,80 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies an error so that every inbound adapter can map it onto its
+// own protocol (an HTTP status, an MCP tool error, an A2A task state) from one
+// table instead of guessing from message text.
+type Code string
+
+const (
+	CodeInvalid     Code = "invalid"      // the caller sent something wrong; fix the request
+	CodeNotFound    Code = "not_found"    // no such job (or it expired)
+	CodeConflict    Code = "conflict"     // the request is valid but the job's state forbids it
+	CodeTooLarge    Code = "too_large"    // a size limit was exceeded
+	CodeRejected    Code = "rejected"     // admission control shed the request; retry later
+	CodeUnavailable Code = "unavailable"  // a dependency (the store) is down; retry later
+	CodeInternal    Code = "internal"     // a bug or an unexpected failure
+	CodeForbidden   Code = "forbidden"    // authenticated but not allowed
+	CodeUnauth      Code = "unauthorized" // missing or wrong credentials
+)
+
+// Error is a domain error with a machine-readable code and a message written
+// for the caller. Field names the offending request field when there is one.
+type Error struct {
+	Code    Code
+	Field   string
+	Message string
+	Err     error // optional cause, never shown to callers
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Sentinel errors. Compare with errors.Is.
+var (
+	// ErrNotFound is returned when a job does not exist or has expired.
+	ErrNotFound = &Error{Code: CodeNotFound, Message: "job not found"}
+	// ErrClosed is returned by components used after Close/Stop.
+	ErrClosed = &Error{Code: CodeUnavailable, Message: "aquifer is shutting down"}
+)
+
+// Invalid returns a CodeInvalid error about field.
+func Invalid(field, format string, args ...any) *Error {
+	return &Error{Code: CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Unavailable wraps a dependency failure (for example the store) so adapters
+// answer "try again later" instead of "your request was wrong".
+func Unavailable(msg string, err error) *Error {
+	return &Error{Code: CodeUnavailable, Message: msg, Err: err}
+}
+
+// CodeOf returns the Code of err, or CodeInternal for errors that carry none.
+func CodeOf(err error) Code {
+	var de *Error
+	if errors.As(err, &de) {
+		return de.Code
+	}
+	return CodeInternal
+}
+
+// PublicMessage returns the text that may be shown to a caller: the domain
+// message for domain errors, a generic one for anything else (internal details
+// stay in the logs).
+func PublicMessage(err error) string {
+	var de *Error
+	if errors.As(err, &de) {
+		return de.Message
+	}
+	return "internal error"
+}

@@ -1,0 +1,98 @@
+package domain
+
+import (
+	"net"
+	"net/url"
+	"strings"
+)
+
+// UpstreamKey names a destination for pacing purposes: "scheme://host:port"
+// with the scheme and host lower-cased and the port always explicit, so that
+// https://API.example.com and https://api.example.com:443 share one lane.
+// Pool destinations use "pool:<pool_id>".
+type UpstreamKey string
+
+// PoolUpstream returns the upstream key of a pool.
+func PoolUpstream(poolID string) UpstreamKey { return UpstreamKey("pool:" + poolID) }
+
+// UpstreamOf returns the upstream key of an absolute http(s) URL. It returns
+// false when the URL cannot be parsed or is not http(s).
+func UpstreamOf(raw string) (UpstreamKey, bool) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", false
+	}
+	return upstreamOfURL(u)
+}
+
+func upstreamOfURL(u *url.URL) (UpstreamKey, bool) {
+	scheme := strings.ToLower(u.Scheme)
+	host := strings.ToLower(u.Hostname())
+	if host == "" {
+		return "", false
+	}
+	port := u.Port()
+	switch scheme {
+	case "http":
+		if port == "" {
+			port = "80"
+		}
+	case "https":
+		if port == "" {
+			port = "443"
+		}
+	default:
+		return "", false
+	}
+	return UpstreamKey(scheme + "://" + net.JoinHostPort(host, port)), true
+}
+
+// Host returns the "host:port" part of an URL upstream key and the bare host
+// ("" for pool keys). Configuration matches on these.
+func (k UpstreamKey) Host() (hostPort, host string) {
+	s := string(k)
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return "", ""
+	}
+	hostPort = s[i+3:]
+	h, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return hostPort, hostPort
+	}
+	return hostPort, h
+}
+
+// IsPool reports whether the key names a pool.
+func (k UpstreamKey) IsPool() bool { return strings.HasPrefix(string(k), "pool:") }
+
+// LaneKey identifies one paced dispatch queue: an upstream, optionally split
+// per tenant ("<upstream>|<tenant hash>") when account queues are on.
+type LaneKey string
+
+// SharedLane returns the lane every job to upstream joins when account
+// queues are off.
+func SharedLane(u UpstreamKey) LaneKey { return LaneKey(u) }
+
+// TenantLane returns the lane of one tenant of upstream.
+func TenantLane(u UpstreamKey, tenant string) LaneKey {
+	return LaneKey(string(u) + "|" + tenant)
+}
+
+// Upstream returns the upstream part of the lane key.
+func (l LaneKey) Upstream() UpstreamKey {
+	s := string(l)
+	if i := strings.LastIndexByte(s, '|'); i >= 0 {
+		return UpstreamKey(s[:i])
+	}
+	return UpstreamKey(s)
+}
+
+// Tenant returns the tenant part of the key, or "" for a shared lane.
+func (l LaneKey) Tenant() string {
+	s := string(l)
+	if i := strings.LastIndexByte(s, '|'); i >= 0 {
+		return s[i+1:]
+	}
+	return ""
+}

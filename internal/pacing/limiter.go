@@ -1,0 +1,86 @@
+package pacing
+
+import (
+	"math"
+	"time"
+)
+
+// MinCatchUp is the least lateness the limiter forgives. Timers on a loaded
+// machine wake late by up to about a millisecond; at high rates the limiter
+// lets the caller catch up on that lateness instead of losing throughput.
+const MinCatchUp = 2 * time.Millisecond
+
+// Limiter spaces event starts at 1/rate apart on a fixed grid, like GCRA with a
+// burst of one. Lateness smaller than the catch-up window (the larger of one
+// interval and MinCatchUp) is made up by the following events, so the average
+// rate is exact even when the caller wakes late; after an idle gap longer than
+// the window the grid restarts, so an idle lane cannot save up a burst.
+type Limiter struct {
+	rate     float64
+	interval time.Duration
+	tat      time.Time // theoretical arrival time: the earliest start of the next event
+}
+
+// NewLimiter returns a limiter allowing rate events per second. A rate <= 0
+// or NaN is treated as 1.
+func NewLimiter(rate float64) *Limiter {
+	l := &Limiter{}
+	l.SetRate(rate)
+	return l
+}
+
+// Rate returns the current rate in events per second.
+func (l *Limiter) Rate() float64 { return l.rate }
+
+// Interval returns the current spacing between event starts.
+func (l *Limiter) Interval() time.Duration { return l.interval }
+
+// SetRate changes the rate. The change applies to the very next event: the
+// pending slot is moved so the gap since the previous event becomes the new
+// interval.
+func (l *Limiter) SetRate(rate float64) {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		rate = 1
+	}
+	old := l.interval
+	l.rate = rate
+	l.interval = time.Duration(float64(time.Second) / rate)
+	if l.interval <= 0 {
+		l.interval = 1
+	}
+	if !l.tat.IsZero() && old > 0 {
+		// tat = previous start + old interval; re-base it on the new interval.
+		l.tat = l.tat.Add(l.interval - old)
+	}
+}
+
+// Take tries to start one event at now. It returns 0 when the event may start
+// (and accounts for it), or how long to wait before trying again.
+func (l *Limiter) Take(now time.Time) time.Duration {
+	if wait := l.Wait(now); wait > 0 {
+		return wait
+	}
+	catchUp := max(l.interval, MinCatchUp)
+	if l.tat.IsZero() || now.Sub(l.tat) > catchUp {
+		l.tat = now.Add(l.interval)
+	} else {
+		l.tat = l.tat.Add(l.interval)
+	}
+	return 0
+}
+
+// Wait returns how long from now until an event may start, without taking it.
+func (l *Limiter) Wait(now time.Time) time.Duration {
+	if l.tat.IsZero() || !now.Before(l.tat) {
+		return 0
+	}
+	return l.tat.Sub(now)
+}
+
+// Delay pushes the next permitted start to at least until (used when an
+// upstream says "retry after"). It never moves the next start earlier.
+func (l *Limiter) Delay(until time.Time) {
+	if until.After(l.tat) {
+		l.tat = until
+	}
+}

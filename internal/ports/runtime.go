@@ -1,0 +1,49 @@
+package ports
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+// Clock tells time and makes timers. Lanes, sweeps and pacing take one so
+// tests can drive them with a fake clock.
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the subset of *time.Timer the app uses.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// NewTimer returns a real timer.
+func (SystemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
+
+type sysTimer struct{ t *time.Timer }
+
+func (s sysTimer) C() <-chan time.Time        { return s.t.C }
+func (s sysTimer) Stop() bool                 { return s.t.Stop() }
+func (s sysTimer) Reset(d time.Duration) bool { return s.t.Reset(d) }
+
+// Doer sends outbound HTTP requests (to upstreams, pool members and webhook
+// receivers). *http.Client satisfies it.
+type Doer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// EventSink hears about every job transition (the SSE broker, metrics).
+// Publish must not block.
+type EventSink interface {
+	Publish(ev domain.Event)
+}

@@ -1,0 +1,143 @@
+// Package ports declares the interfaces Aquifer's application core needs from
+// the outside world: durable storage, time, outbound HTTP and event delivery.
+// Adapters implement them; the app consumes them. Each method documents the
+// sentinel errors it returns.
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+// JobStore is durable job storage, and the queue itself: lanes page their
+// ready jobs from it in commit order instead of holding every queued job in
+// memory.
+//
+// Durability: a method that returns nil has made its change durable (under the
+// backend's configured sync level) unless its comment says otherwise.
+// Backends batch concurrent writers into shared transactions (group commit);
+// each caller still waits for its own change.
+//
+// Errors: ErrNotFound (domain.ErrNotFound) where stated; any other error means
+// the backend could not do the work and is wrapped as domain.CodeUnavailable by
+// the app. Implementations must be safe for concurrent use.
+type JobStore interface {
+	// Insert durably stores job unless a live (unexpired) job with the same
+	// (Kind, UserID, IdempotentKey) exists. It returns the stored job — the new
+	// one with Seq assigned, or the existing one — and whether it was new.
+	// The check and the insert are one atomic step: of many concurrent callers
+	// with the same key exactly one gets fresh == true. An expired job holding
+	// the key is replaced.
+	Insert(ctx context.Context, job *domain.Job) (stored *domain.Job, fresh bool, err error)
+
+	// Get returns the job, or ErrNotFound if it does not exist or has expired.
+	Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
+
+	// Delete removes the job and its idempotency key (so the key can be used
+	// again at once). ErrNotFound if there is no such job.
+	Delete(ctx context.Context, id domain.JobID) error
+
+	// MarkInFlight records that an attempt of the job started at p.At. It may
+	// return before the change is durable: losing it in a crash only means the
+	// job is dispatched again after restart, which at-least-once allows.
+	MarkInFlight(ctx context.Context, p *MarkInFlightParams) error
+
+	// Requeue puts an in-flight job back to queued (after a retryable failure,
+	// or when the upstream asked to wait), recording the attempts made.
+	// ErrNotFound if the job is gone.
+	Requeue(ctx context.Context, p *RequeueParams) error
+
+	// Finish records a terminal status and result and, in the same
+	// transaction, inserts p.FollowUp (the webhook delivery job) unless a job
+	// with its key already exists. It returns the follow-up as stored and
+	// whether it was new. ErrNotFound if the job is gone (expired and purged);
+	// then nothing is written.
+	Finish(ctx context.Context, p *FinishParams) (followUp *domain.Job, fresh bool, err error)
+
+	// ListQueued returns up to p.Limit queued, unexpired jobs of p.Lane with
+	// Seq > p.AfterSeq, in Seq order.
+	ListQueued(ctx context.Context, p *ListQueuedParams) ([]*domain.Job, error)
+
+	// QueuedLanes returns every lane that has at least one queued job.
+	QueuedLanes(ctx context.Context) ([]domain.LaneKey, error)
+
+	// RecoverInFlight sets every in_flight job back to queued and returns how
+	// many it changed. Called once at start-up, before any dispatch.
+	RecoverInFlight(ctx context.Context) (int, error)
+
+	// ResetStale sets in_flight jobs whose latest attempt started before
+	// p.DispatchedBefore back to queued, skipping p.Exclude, and returns them.
+	ResetStale(ctx context.Context, p *ResetStaleParams) ([]*domain.Job, error)
+
+	// Purge deletes up to p.Limit jobs whose expiry is at or before p.Now and
+	// returns how many it deleted.
+	Purge(ctx context.Context, p *PurgeParams) (int, error)
+
+	// Counts returns the number of unexpired queued and in-flight jobs.
+	Counts(ctx context.Context) (Counts, error)
+
+	// Ping checks that the store can serve requests.
+	Ping(ctx context.Context) error
+
+	// SizeBytes returns the space the store occupies, for admission control.
+	// Backends that cannot tell return -1.
+	SizeBytes(ctx context.Context) (int64, error)
+
+	// Close flushes pending batches and releases resources. Safe to call twice.
+	Close() error
+}
+
+// MarkInFlightParams are the arguments of JobStore.MarkInFlight.
+type MarkInFlightParams struct {
+	ID domain.JobID
+	At time.Time
+}
+
+// RequeueParams are the arguments of JobStore.Requeue.
+type RequeueParams struct {
+	ID       domain.JobID
+	Attempts int
+	Now      time.Time
+}
+
+// FinishParams are the arguments of JobStore.Finish.
+type FinishParams struct {
+	ID       domain.JobID
+	Status   domain.Status // StatusCompleted or StatusFailed
+	Attempts int
+	Result   *domain.Result
+	Now      time.Time
+	FollowUp *domain.Job // optional job to insert-if-absent atomically with the status change
+}
+
+// ListQueuedParams are the arguments of JobStore.ListQueued.
+type ListQueuedParams struct {
+	Lane     domain.LaneKey
+	AfterSeq int64
+	Limit    int
+	Now      time.Time
+}
+
+// ResetStaleParams are the arguments of JobStore.ResetStale.
+type ResetStaleParams struct {
+	DispatchedBefore time.Time
+	Exclude          map[domain.JobID]bool
+	Now              time.Time
+}
+
+// PurgeParams are the arguments of JobStore.Purge.
+type PurgeParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// Counts are the store-wide job counts reported in load headers and health.
+type Counts struct {
+	Queued   int64
+	InFlight int64
+}
+
+// Total returns queued plus in-flight.
+func (c Counts) Total() int64 { return c.Queued + c.InFlight }
