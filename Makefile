@@ -1,0 +1,42 @@
+# Aquifer developer loop. `make help` lists the targets.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin
+export GOFLAGS := -buildvcs=false
+export GORACE  := atexit_sleep_ms=0
+
+.PHONY: help run build test test/short bench lint vet fmt clean
+
+help: ## list targets
+	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build aquiferd and the tools into ./bin
+	$(GO) build -o $(BIN)/aquiferd ./cmd/aquiferd
+	$(GO) build -o $(BIN)/aquifer-bench ./cmd/aquifer-bench
+
+run: ## build and start aquiferd on :8080 with data in ./data
+	$(GO) build -o $(BIN)/aquiferd ./cmd/aquiferd
+	@mkdir -p data
+	PORT=$${PORT:-8080} DB_PATH=$${DB_PATH:-data/aquifer.db} AQUIFER_LOG_FORMAT=$${AQUIFER_LOG_FORMAT:-console} ./$(BIN)/aquiferd
+
+test: ## go vet + the whole suite with the race detector
+	@scripts/test-deps.sh
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+test/short: ## quick run without the race detector or the slow end-to-end tests
+	$(GO) test -short -count=1 ./...
+
+bench: build ## run cmd/aquifer-bench against a freshly started aquiferd (see docs/BENCHMARKS.md)
+	./$(BIN)/aquifer-bench -aquiferd ./$(BIN)/aquiferd $(BENCH_ARGS)
+
+lint: ## gofmt, go vet and the architecture rules
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -count=1 ./internal/archtest/
+
+fmt: ## gofmt the tree
+	gofmt -w $$(git ls-files '*.go')
+
+clean: ## remove build output
+	rm -rf $(BIN)

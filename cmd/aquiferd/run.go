@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	httpapi "github.com/aquiferhq/aquifer/internal/adapters/inbound/http"
+	"github.com/aquiferhq/aquifer/internal/adapters/outbound/egress"
+	"github.com/aquiferhq/aquifer/internal/adapters/outbound/sqlite"
+	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/config"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=…".
+var Version = "dev"
+
+// Run runs the daemon until ctx is cancelled, then shuts down cleanly: stop
+// accepting requests, let running attempts finish (up to the shutdown
+// timeout), flush pending writes, close the store.
+func Run(ctx context.Context, args []string, lookup config.LookupEnv, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("aquiferd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() { usage(fs, stderr) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "aquiferd %s\n", Version)
+		return nil
+	}
+
+	cfg, err := config.Load(lookup)
+	if err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	d, err := build(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return d.serve(ctx)
+}
+
+// daemon is everything Run wires together.
+type daemon struct {
+	cfg   *config.Config
+	log   *zap.Logger
+	store *sqlite.Store
+	svc   *app.Service
+	api   *httpapi.Handler
+	srv   *http.Server
+	ln    net.Listener
+}
+
+func build(ctx context.Context, cfg *config.Config, log *zap.Logger) (*daemon, error) {
+	if dir := filepath.Dir(cfg.DBPath); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create data directory: %w", err)
+		}
+	}
+	store, err := sqlite.Open(ctx, sqlite.Options{Path: cfg.DBPath, Sync: sqlite.Sync(cfg.SQLiteSync), Logger: log.Named("sqlite")})
+	if err != nil {
+		return nil, err
+	}
+	svc, err := app.New(app.Config{
+		Store:            store,
+		Doer:             egress.NewClient(egress.Options{}),
+		Logger:           log,
+		Rates:            app.RateTable{Defaults: cfg.Rates.Defaults, Hosts: cfg.Rates.Upstreams},
+		RequestTimeout:   cfg.RequestTimeout,
+		MaxBodyBytes:     cfg.MaxBodyBytes,
+		MaxResponseBytes: cfg.MaxResponseBytes,
+		WindowJobs:       cfg.LaneWindow,
+	})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	api := httpapi.New(svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+	srv := httpapi.NewServer(api, httpapi.ServerOptions{}, log)
+	srv.RegisterOnShutdown(api.CloseStreams)
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return &daemon{cfg: cfg, log: log, store: store, svc: svc, api: api, srv: srv, ln: ln}, nil
+}
+
+func (d *daemon) serve(ctx context.Context) error {
+	if err := d.svc.Start(ctx); err != nil {
+		d.ln.Close()
+		d.store.Close()
+		return err
+	}
+	d.log.Info("aquiferd started", zap.String("version", Version), zap.String("addr", d.ln.Addr().String()),
+		zap.String("db_path", d.cfg.DBPath), zap.String("store", d.cfg.StoreBackend),
+		zap.String("sqlite_sync", d.cfg.SQLiteSync), zap.Strings("adapters", d.cfg.Adapters))
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- d.srv.Serve(d.ln) }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("http server: %w", err)
+	}
+	d.log.Info("shutting down", zap.Duration("timeout", d.cfg.ShutdownTimeout))
+	return errors.Join(err, d.shutdown())
+}
+
+// shutdown stops intake first, then dispatch, then the store, so every
+// accepted job is either finished or durably queued for the next start.
+func (d *daemon) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	if err := d.srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		d.srv.Close()
+	}
+	if err := d.svc.Stop(ctx); err != nil {
+		d.log.Warn("attempts aborted at shutdown; they will run again after restart", zap.Error(err))
+	}
+	if err := d.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close store: %w", err))
+	}
+	d.log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+func newLogger(cfg *config.Config, w io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg.EncodeDuration = zapcore.StringDurationEncoder
+	var enc zapcore.Encoder
+	if cfg.LogFormat == "console" {
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
+	}
+	core := zapcore.NewCore(enc, zapcore.AddSync(w), level)
+	return zap.New(core, zap.ErrorOutput(zapcore.AddSync(w))), nil
+}
+
+func usage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "aquiferd %s — durable, rate-paced HTTP job queue\n\nUsage: aquiferd [flags]\n\nFlags:\n", Version)
+	fs.PrintDefaults()
+	fmt.Fprintln(w, "\nSettings (environment variable, YAML key in CONFIG_PATH, default):")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CONFIG_PATH\t\t\tYAML file with settings and the upstream pacing table")
+	for _, s := range config.Settings {
+		def := s.Default
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", s.Env, s.Key, def, s.Doc)
+	}
+	tw.Flush()
+}

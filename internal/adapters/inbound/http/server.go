@@ -1,0 +1,142 @@
+// Package httpapi is Aquifer's REST and SSE front door, on chi.
+//
+// Every response is JSON (SSE streams aside), including 404 and 405 for
+// unknown routes; domain errors map onto HTTP statuses in one table (errors.go).
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"go.uber.org/zap"
+
+	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+// Core is what the HTTP adapter needs from the application.
+type Core interface {
+	Enqueue(ctx context.Context, req *domain.JobRequest) (*app.EnqueueResult, error)
+	Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
+	Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *app.Subscription, error)
+	Health(ctx context.Context) *app.Health
+}
+
+var _ Core = (*app.Service)(nil)
+
+// Options configure the handler.
+type Options struct {
+	// MaxBodyBytes limits request bodies of POST /jobs; 0 disables the limit.
+	MaxBodyBytes int64
+	// KeepAlive is the SSE keep-alive comment interval. Default 30s.
+	KeepAlive time.Duration
+	Logger    *zap.Logger
+}
+
+// Handler serves the REST API.
+type Handler struct {
+	core Core
+	opts Options
+	log  *zap.Logger
+	mux  chi.Router
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed by CloseStreams
+}
+
+// New returns the API handler. Extra routes (MCP, A2A, proxy) can be mounted
+// on Router().
+func New(core Core, opts Options) *Handler {
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	h := &Handler{core: core, opts: opts, log: opts.Logger.Named("http"), closing: make(chan struct{})}
+	r := chi.NewRouter()
+	r.Use(h.recoverer)
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "not found")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+	})
+	r.Post("/jobs", h.postJob)
+	r.Get("/jobs/{id}", h.getJob)
+	r.Head("/jobs/{id}", h.getJob)
+	r.Get("/jobs/{id}/stream", h.streamJob)
+	r.Get("/health", h.health)
+	r.Head("/health", h.health)
+	h.mux = r
+	return h
+}
+
+// Router returns the chi router, for mounting more routes.
+func (h *Handler) Router() chi.Router { return h.mux }
+
+// CloseStreams ends every open SSE stream, so a graceful shutdown does not
+// wait on them. Register it with http.Server.RegisterOnShutdown.
+func (h *Handler) CloseStreams() { h.closeOnce.Do(func() { close(h.closing) }) }
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func (h *Handler) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				h.log.Error("panic in handler", zap.String("path", r.URL.Path), zap.Any("panic", p), zap.Stack("stack"))
+				writeError(w, http.StatusInternalServerError, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ServerOptions are the hardening settings of the listening server.
+type ServerOptions struct {
+	ReadHeaderTimeout time.Duration // default 10s
+	ReadTimeout       time.Duration // whole request, body included; default 60s
+	WriteTimeout      time.Duration // non-streaming responses; default 60s (SSE lifts it per stream)
+	IdleTimeout       time.Duration // keep-alive idle; default 120s
+	MaxHeaderBytes    int           // default 64 KiB
+}
+
+// NewServer wraps handler in an http.Server with timeouts against slow or
+// stuck clients.
+func NewServer(handler http.Handler, o ServerOptions, errLog *zap.Logger) *http.Server {
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = 10 * time.Second
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = 60 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 60 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 120 * time.Second
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = 64 << 10
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		ReadTimeout:       o.ReadTimeout,
+		WriteTimeout:      o.WriteTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    o.MaxHeaderBytes,
+	}
+	if errLog != nil {
+		srv.ErrorLog, _ = zap.NewStdLogAt(errLog.Named("http.server"), zap.WarnLevel)
+	}
+	return srv
+}

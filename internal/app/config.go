@@ -1,0 +1,189 @@
+// Package app holds Aquifer's use cases: accepting jobs (validation and
+// idempotency), lanes that pace dispatch to each upstream, executing attempts
+// and interpreting responses, webhooks as durable jobs, crash recovery and
+// expiry, and the event broker behind SSE.
+//
+// It depends only on domain, ports and pacing; adapters call into it.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// Config wires a Service. Store and Doer are required; everything else has a
+// default, applied by WithDefaults.
+type Config struct {
+	Store  ports.JobStore
+	Doer   ports.Doer
+	Clock  ports.Clock // default: the system clock
+	Logger *zap.Logger // default: no-op
+
+	// Rates gives each upstream its ceiling; default: 2 rps / 1 concurrent everywhere.
+	Rates RateTable
+
+	// RequestTimeout bounds one outbound attempt, body included. Default 30s.
+	RequestTimeout time.Duration
+	// MaxBodyBytes is the request body limit the inbound adapters enforce;
+	// reported by Health. 0 means no limit.
+	MaxBodyBytes int64
+	// MaxResponseBytes is how much of a response body is kept as the result.
+	// Default 1 MiB.
+	MaxResponseBytes int64
+	// Retry is the retry policy for 5xx and transport errors.
+	Retry RetryPolicy
+
+	// WindowJobs is how many ready jobs a lane holds in memory; the rest stay
+	// in the store until the lane needs them. Default 256.
+	WindowJobs int
+	// LaneIdleTimeout is how long an empty lane lives before it is collected,
+	// with its learned pacing. Default 5m.
+	LaneIdleTimeout time.Duration
+	// StaleAfter is how long an attempt may run before the sweep puts its job
+	// back to queued. Default 5m.
+	StaleAfter time.Duration
+	// SweepInterval is how often expired jobs are purged and stale ones reset.
+	// Default 60s.
+	SweepInterval time.Duration
+	// PurgeBatch is how many expired rows one purge transaction deletes.
+	// Default 1000.
+	PurgeBatch int
+	// SubscriberBuffer is the per-subscriber event buffer. Default 16.
+	SubscriberBuffer int
+
+	// Rand returns numbers in [0,1) for jitter; default math/rand/v2.
+	Rand func() float64
+}
+
+// RetryPolicy says how often and how soon a failed attempt is tried again.
+type RetryPolicy struct {
+	// Attempts is the total number of attempts, first included. Default 5.
+	Attempts int
+	// Backoff is the wait before attempt n+1 (index n-1); the last entry is
+	// reused when there are more attempts than entries. Default 1s, 2s, 4s, 8s.
+	Backoff []time.Duration
+}
+
+// Delay returns the wait before the next attempt after attempt n (1-based).
+func (p RetryPolicy) Delay(n int) time.Duration {
+	if len(p.Backoff) == 0 {
+		return 0
+	}
+	return p.Backoff[min(n-1, len(p.Backoff)-1)]
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = ports.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Rates.Defaults == (domain.Rate{}) {
+		c.Rates.Defaults = domain.DefaultRate
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
+	if c.MaxResponseBytes <= 0 {
+		c.MaxResponseBytes = 1 << 20
+	}
+	if c.Retry.Attempts <= 0 {
+		c.Retry.Attempts = 5
+	}
+	if c.Retry.Backoff == nil {
+		c.Retry.Backoff = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	}
+	if c.WindowJobs <= 0 {
+		c.WindowJobs = 256
+	}
+	if c.LaneIdleTimeout <= 0 {
+		c.LaneIdleTimeout = 5 * time.Minute
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = 5 * time.Minute
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = time.Minute
+	}
+	if c.PurgeBatch <= 0 {
+		c.PurgeBatch = 1000
+	}
+	if c.SubscriberBuffer <= 0 {
+		c.SubscriberBuffer = 16
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	return c
+}
+
+// Validate reports every problem with a defaulted config.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("app: Store is required"))
+	}
+	if c.Doer == nil {
+		errs = append(errs, errors.New("app: Doer is required"))
+	}
+	if err := c.Rates.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// RateTable maps upstream hosts to their ceilings. Keys are "host" or
+// "host:port", case-insensitive; "host:port" is matched first, then "host",
+// then Defaults.
+type RateTable struct {
+	Defaults domain.Rate
+	Hosts    map[string]domain.Rate
+}
+
+// For returns the configured ceiling for an upstream. Pools use Defaults.
+func (t RateTable) For(u domain.UpstreamKey) domain.Rate {
+	def := t.Defaults
+	if def == (domain.Rate{}) {
+		def = domain.DefaultRate
+	}
+	if u.IsPool() || len(t.Hosts) == 0 {
+		return def
+	}
+	hostPort, host := u.Host()
+	if r, ok := t.Hosts[hostPort]; ok {
+		return r
+	}
+	if r, ok := t.Hosts[host]; ok {
+		return r
+	}
+	return def
+}
+
+// Validate checks every entry.
+func (t RateTable) Validate() error {
+	var errs []error
+	if t.Defaults != (domain.Rate{}) {
+		if err := t.Defaults.Validate("defaults"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for host, r := range t.Hosts {
+		if host != strings.ToLower(host) {
+			errs = append(errs, fmt.Errorf("upstreams.%s: host keys must be lower case", host))
+		}
+		if err := r.Validate("upstreams." + host); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,208 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// drainLimit is how much of an over-long response body is read and discarded
+// so the connection can be reused; beyond it the connection is closed.
+const drainLimit = 256 << 10
+
+type outcomeKind int
+
+const (
+	outcomeDone      outcomeKind = iota // terminal status recorded (or the job vanished)
+	outcomeRetry                        // requeued; run again at retryAt
+	outcomeAbandoned                    // shutdown aborted the attempt; the job stays in_flight
+)
+
+// outcome is what an attempt goroutine reports back to its lane.
+type outcome struct {
+	job     *domain.Job
+	kind    outcomeKind
+	retryAt time.Time
+}
+
+// attemptResult is what one HTTP exchange produced.
+type attemptResult struct {
+	result    *domain.Result
+	retryable bool
+}
+
+// startAttempt runs one attempt of j in its own goroutine and reports the
+// outcome to l.
+func (d *dispatcher) startAttempt(l *lane, j *domain.Job) {
+	d.markExecuting(j.ID, true)
+	d.attemptsWG.Add(1)
+	go func() {
+		defer d.attemptsWG.Done()
+		o := d.attempt(j)
+		d.markExecuting(j.ID, false)
+		select {
+		case l.done <- o:
+		case <-l.quit: // the lane stopped; its state is gone anyway
+		}
+	}()
+}
+
+// attempt sends j once and records what came of it. A panic anywhere in here
+// fails this job only; the lane keeps going.
+func (d *dispatcher) attempt(j *domain.Job) (o *outcome) {
+	n := j.Attempts + 1
+	defer func() {
+		if p := recover(); p != nil {
+			d.log.Error("panic while running job", zap.String("job_id", string(j.ID)), zap.Any("panic", p), zap.Stack("stack"))
+			d.finish(j, domain.StatusFailed, n, &domain.Result{Reason: "internal panic"})
+			o = &outcome{job: j, kind: outcomeDone}
+		}
+	}()
+	now := d.cfg.Clock.Now()
+	if err := d.cfg.Store.MarkInFlight(d.runCtx, &ports.MarkInFlightParams{ID: j.ID, At: now}); err != nil && d.runCtx.Err() == nil {
+		d.log.Warn("mark in flight failed", zap.String("job_id", string(j.ID)), zap.Error(err))
+	}
+	if n == 1 {
+		d.broker.Publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Kind: j.Kind, Attempt: n})
+	}
+
+	ar := d.send(j)
+	if d.runCtx.Err() != nil {
+		return &outcome{job: j, kind: outcomeAbandoned}
+	}
+	if ar.retryable && n < d.cfg.Retry.Attempts {
+		err := d.cfg.Store.Requeue(context.WithoutCancel(d.runCtx), &ports.RequeueParams{ID: j.ID, Attempts: n, Now: d.cfg.Clock.Now()})
+		if errors.Is(err, domain.ErrNotFound) {
+			return &outcome{job: j, kind: outcomeDone} // expired and purged meanwhile
+		}
+		if err != nil {
+			d.log.Warn("requeue failed; retrying from memory", zap.String("job_id", string(j.ID)), zap.Error(err))
+		}
+		j.Attempts = n
+		return &outcome{job: j, kind: outcomeRetry, retryAt: d.cfg.Clock.Now().Add(d.cfg.Retry.Delay(n))}
+	}
+	status := domain.StatusCompleted
+	if ar.retryable {
+		status = domain.StatusFailed
+	}
+	d.finish(j, status, n, ar.result)
+	return &outcome{job: j, kind: outcomeDone}
+}
+
+// send performs one HTTP exchange for j and classifies it: 5xx and transport
+// errors are retryable, any other response completes the job.
+func (d *dispatcher) send(j *domain.Job) attemptResult {
+	ctx, cancel := context.WithTimeout(d.runCtx, d.cfg.RequestTimeout)
+	defer cancel()
+	req, err := buildRequest(ctx, j, j.URL)
+	if err != nil {
+		return attemptResult{result: &domain.Result{Reason: err.Error()}, retryable: true}
+	}
+	resp, err := d.cfg.Doer.Do(req)
+	if err != nil {
+		return attemptResult{result: &domain.Result{Reason: transportReason(err, ctx)}, retryable: true}
+	}
+	defer resp.Body.Close()
+	body, truncated, readErr := readLimited(resp.Body, d.cfg.MaxResponseBytes)
+	res := &domain.Result{
+		ResponseStatus: resp.StatusCode,
+		Body:           body,
+		BodyTruncated:  truncated,
+		ContentType:    resp.Header.Get("Content-Type"),
+	}
+	if readErr != nil {
+		res.Reason = "reading response body: " + transportReason(readErr, ctx)
+		return attemptResult{result: res, retryable: true}
+	}
+	if resp.StatusCode >= 500 {
+		res.Reason = fmt.Sprintf("upstream returned %d", resp.StatusCode)
+		return attemptResult{result: res, retryable: true}
+	}
+	return attemptResult{result: res}
+}
+
+// buildRequest makes the outbound request for one attempt of j to target.
+func buildRequest(ctx context.Context, j *domain.Job, target string) (*http.Request, error) {
+	var body io.Reader
+	if len(j.Body) > 0 {
+		body = bytes.NewReader(j.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, j.Method, target, body)
+	if err != nil {
+		return nil, fmt.Errorf("building request: %w", err)
+	}
+	for k, v := range j.Headers {
+		if http.CanonicalHeaderKey(k) == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	return req, nil
+}
+
+func transportReason(err error, ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return "request timed out: " + err.Error()
+	}
+	return err.Error()
+}
+
+// readLimited reads up to limit bytes of r. If there is more, it reports
+// truncation and drains a bounded amount so the connection can be reused.
+func readLimited(r io.Reader, limit int64) ([]byte, bool, error) {
+	body, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return body, false, err
+	}
+	if int64(len(body)) <= limit {
+		return body, false, nil
+	}
+	_, _ = io.CopyN(io.Discard, r, drainLimit)
+	return body[:limit], true, nil
+}
+
+// finish records j's terminal status and result, enqueues its webhook in the
+// same transaction, and tells subscribers.
+func (d *dispatcher) finish(j *domain.Job, status domain.Status, attempts int, res *domain.Result) {
+	if res == nil {
+		res = &domain.Result{}
+	}
+	now := d.cfg.Clock.Now()
+	var hook *domain.Job
+	if j.Kind == domain.KindForward && j.WebhookURL != "" {
+		var err error
+		if hook, err = d.webhookJob(j, status, res, now); err != nil {
+			d.log.Error("cannot build webhook", zap.String("job_id", string(j.ID)), zap.Error(err))
+		}
+	}
+	stored, fresh, err := d.cfg.Store.Finish(context.WithoutCancel(d.runCtx), &ports.FinishParams{
+		ID: j.ID, Status: status, Attempts: attempts, Result: res, Now: now, FollowUp: hook,
+	})
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		d.log.Info("job vanished before it finished (expired)", zap.String("job_id", string(j.ID)))
+		return
+	case err != nil:
+		// The job stays in_flight in the store; the stale sweep requeues it.
+		d.log.Error("recording job result failed; it will run again", zap.String("job_id", string(j.ID)), zap.Error(err))
+		return
+	}
+	ev := domain.EventCompleted
+	if status == domain.StatusFailed {
+		ev = domain.EventFailed
+	}
+	d.broker.Publish(domain.Event{Type: ev, JobID: j.ID, Kind: j.Kind, Attempt: attempts, Result: res})
+	if fresh && stored != nil {
+		d.notify(stored.Lane, false)
+	}
+}

@@ -1,0 +1,69 @@
+package app
+
+import (
+	"context"
+	"time"
+)
+
+// Health is the /health document (BEHAVIOR.md §7, plus store health).
+type Health struct {
+	// Status is "ok" when the store answers, "degraded" otherwise.
+	Status    string           `json:"status"`
+	Store     StoreHealth      `json:"store"`
+	Jobs      JobCounts        `json:"jobs"`
+	Lanes     []LaneHealth     `json:"lanes"`
+	Admission *AdmissionHealth `json:"admission,omitempty"`
+}
+
+// StoreHealth reports whether the store answers, and how fast.
+type StoreHealth struct {
+	OK        bool    `json:"ok"`
+	Error     string  `json:"error,omitempty"`
+	LatencyMS float64 `json:"latency_ms"`
+}
+
+// JobCounts are store-wide counts of unfinished jobs.
+type JobCounts struct {
+	Queued   int64 `json:"queued"`
+	InFlight int64 `json:"in_flight"`
+}
+
+// LaneHealth describes one live lane.
+type LaneHealth struct {
+	Lane          string  `json:"lane"`
+	RPS           float64 `json:"rps"`
+	MaxConcurrent int     `json:"max_concurrent"`
+	InFlight      int     `json:"in_flight"`
+	Buffered      int     `json:"buffered"`
+}
+
+// AdmissionHealth reports the admission limits and current state.
+type AdmissionHealth struct {
+	Enabled      bool  `json:"enabled"`
+	MaxBodyBytes int64 `json:"max_body_bytes"`
+}
+
+// Health reports the service state. It never fails: problems show up in the
+// document as a "degraded" status.
+func (s *Service) Health(ctx context.Context) *Health {
+	h := &Health{Status: "ok", Lanes: []LaneHealth{}}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := s.cfg.Store.Ping(ctx)
+	h.Store.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
+	if err != nil {
+		h.Status, h.Store.Error = "degraded", err.Error()
+	} else {
+		h.Store.OK = true
+		if c, err := s.cfg.Store.Counts(ctx); err == nil {
+			h.Jobs = JobCounts{Queued: c.Queued, InFlight: c.InFlight}
+		}
+	}
+	for _, l := range s.d.laneStats() {
+		h.Lanes = append(h.Lanes, LaneHealth{Lane: string(l.Key), RPS: l.RPS, MaxConcurrent: l.MaxConcurrent,
+			InFlight: l.InFlight, Buffered: l.Window})
+	}
+	h.Admission = &AdmissionHealth{Enabled: s.cfg.MaxBodyBytes > 0, MaxBodyBytes: s.cfg.MaxBodyBytes}
+	return h
+}

@@ -1,0 +1,183 @@
+// Package archtest enforces Aquifer's architecture mechanically: imports
+// point inward (domain ← ports ← app ← adapters ← cmd/pkg), adapters never
+// import each other, the leaf libraries stay leaves, and only
+// internal/config and cmd read the environment or exit the process.
+package archtest
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/aquiferhq/aquifer"
+
+type pkgFiles struct {
+	dir     string // relative to the module root, slash-separated
+	imports map[string][]string
+	files   []*ast.File
+}
+
+func root(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		t.Fatalf("module root not found from %s", dir)
+	}
+	return dir
+}
+
+// load parses every non-test Go file of the module, grouped by directory.
+func load(t *testing.T) map[string]*pkgFiles {
+	t.Helper()
+	base := root(t)
+	pkgs := map[string]*pkgFiles{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != base && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin" || name == "data" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(base, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		p := pkgs[rel]
+		if p == nil {
+			p = &pkgFiles{dir: rel, imports: map[string][]string{}}
+			pkgs[rel] = p
+		}
+		p.files = append(p.files, f)
+		for _, imp := range f.Imports {
+			ip, _ := strconv.Unquote(imp.Path.Value)
+			p.imports[ip] = append(p.imports[ip], filepath.Base(path))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+func internalPath(ip string) (string, bool) {
+	if ip == module {
+		return ".", true
+	}
+	rest, ok := strings.CutPrefix(ip, module+"/")
+	return rest, ok
+}
+
+func isStdlib(ip string) bool {
+	first, _, _ := strings.Cut(ip, "/")
+	return !strings.Contains(first, ".")
+}
+
+func under(dir, prefix string) bool { return dir == prefix || strings.HasPrefix(dir, prefix+"/") }
+
+// adapterOf returns the adapter a directory belongs to, e.g.
+// "internal/adapters/outbound/sqlite".
+func adapterOf(dir string) string {
+	parts := strings.Split(dir, "/")
+	if len(parts) >= 4 && parts[0] == "internal" && parts[1] == "adapters" {
+		return strings.Join(parts[:4], "/")
+	}
+	return ""
+}
+
+func TestImportsPointInward(t *testing.T) {
+	pkgs := load(t)
+	if len(pkgs) < 5 {
+		t.Fatalf("found only %d packages; the walk is broken", len(pkgs))
+	}
+	// allowed[dir prefix] = internal packages it may import (prefixes).
+	rules := []struct {
+		dir        string
+		allowed    []string
+		stdlibOnly bool
+	}{
+		{dir: "internal/domain", stdlibOnly: true},
+		{dir: "internal/pacing", stdlibOnly: true},
+		{dir: "internal/l8", stdlibOnly: true},
+		{dir: "internal/ports", allowed: []string{"internal/domain"}},
+		{dir: "internal/app", allowed: []string{"internal/domain", "internal/ports", "internal/pacing", "internal/l8"}},
+		{dir: "internal/storetest", allowed: []string{"internal/domain", "internal/ports"}},
+		{dir: "internal/config", allowed: []string{"internal/domain"}},
+		{dir: "internal/adapters", allowed: []string{"internal/domain", "internal/ports", "internal/app", "internal/pacing", "internal/l8"}},
+	}
+	for dir, p := range pkgs {
+		for ip, files := range p.imports {
+			target, internal := internalPath(ip)
+			for _, r := range rules {
+				if !under(dir, r.dir) {
+					continue
+				}
+				if r.stdlibOnly && !isStdlib(ip) {
+					t.Errorf("%s (%v) imports %s: this package may import only the standard library", dir, files, ip)
+					continue
+				}
+				if !internal {
+					continue
+				}
+				if a := adapterOf(dir); a != "" && under(target, a) {
+					continue // inside the same adapter
+				}
+				ok := false
+				for _, allowed := range r.allowed {
+					if under(target, allowed) {
+						ok = true
+					}
+				}
+				if !ok {
+					t.Errorf("%s (%v) imports %s: imports must point inward", dir, files, ip)
+				}
+			}
+			if internal && (under(target, "cmd") || (under(target, "pkg") && !under(dir, "pkg") && !under(dir, "cmd") && !under(dir, "examples"))) {
+				t.Errorf("%s imports %s: nothing may import a command, and only commands import pkg", dir, ip)
+			}
+		}
+	}
+}
+
+// TestOnlyConfigAndMainReadEnvironment keeps environment access and process
+// exit in one place each.
+func TestOnlyConfigAndMainReadEnvironment(t *testing.T) {
+	banned := map[string]bool{"Getenv": true, "LookupEnv": true, "Environ": true, "Exit": true}
+	for dir, p := range load(t) {
+		if under(dir, "internal/config") || under(dir, "cmd") || under(dir, "examples") {
+			continue
+		}
+		for _, f := range p.files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == "os" && banned[sel.Sel.Name] {
+					t.Errorf("%s uses os.%s: only internal/config reads the environment and only main exits", dir, sel.Sel.Name)
+				}
+				return true
+			})
+		}
+	}
+}

@@ -1,0 +1,295 @@
+// Package config is the only code in Aquifer that reads environment variables
+// and configuration files. It turns them into a typed, validated Config.
+//
+// Every setting has an environment variable and a YAML key; the environment
+// wins over the file, and the file over the built-in default. The YAML file
+// (named by CONFIG_PATH) also holds the per-upstream pacing table:
+//
+//	defaults:
+//	  rps: 2
+//	  max_concurrent: 1
+//	upstreams:
+//	  api.vendor-a.com:      # matches any port of this host
+//	    rps: 10
+//	    max_concurrent: 3
+//	  internal-api:8443:     # matches this host and port only
+//	    rps: 40
+//
+// A bad value — an unknown key, a number that does not parse, a value out of
+// range — is an error naming the variable or key; nothing falls back to a
+// default silently.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+// Config is Aquifer's complete runtime configuration.
+type Config struct {
+	// Host and Port the HTTP listener binds ("" = all interfaces).
+	Host string
+	Port int
+	// DBPath is the SQLite file (or, for directory-based backends, the directory).
+	DBPath string
+	// ConfigPath is the YAML file the settings were read from ("" if none).
+	ConfigPath string
+	// StoreBackend selects the JobStore: "sqlite".
+	StoreBackend string
+	// SQLiteSync is the SQLite durability level: "full" or "normal".
+	SQLiteSync string
+	// MaxBodyBytes limits request bodies (413 above it); 0 disables.
+	MaxBodyBytes int64
+	// RequestTimeout bounds one outbound attempt.
+	RequestTimeout time.Duration
+	// MaxResponseBytes is how much of a response body is kept as the result.
+	MaxResponseBytes int64
+	// ShutdownTimeout is how long a shutdown waits for running attempts.
+	ShutdownTimeout time.Duration
+	// LaneWindow is how many ready jobs each lane keeps in memory.
+	LaneWindow int
+	// LogLevel is debug, info, warn or error; LogFormat is json or console.
+	LogLevel  string
+	LogFormat string
+	// Adapters are the inbound adapters to run.
+	Adapters []string
+	// Rates is the pacing table: defaults and per-upstream ceilings.
+	Rates Rates
+}
+
+// Rates is the pacing section of the YAML file.
+type Rates struct {
+	Defaults  domain.Rate
+	Upstreams map[string]domain.Rate // keys: lower-case "host" or "host:port"
+}
+
+// Setting describes one configuration value: its YAML key, its environment
+// variable, its default and what it is for. Settings is the single list the
+// loader, `aquiferd --help` and the docs are built from.
+type Setting struct {
+	Key     string // YAML key, dotted
+	Env     string // environment variable
+	Default string
+	Doc     string
+	apply   func(c *Config, v string) error
+}
+
+// Settings lists every scalar setting.
+var Settings = []Setting{
+	{Key: "port", Env: "PORT", Default: "8080", Doc: "TCP port of the HTTP listener.",
+		apply: func(c *Config, v string) (err error) { c.Port, err = parseInt(v, 1, 65535); return }},
+	{Key: "host", Env: "AQUIFER_HOST", Default: "", Doc: "Interface the HTTP listener binds; empty means all.",
+		apply: func(c *Config, v string) error { c.Host = v; return nil }},
+	{Key: "db_path", Env: "DB_PATH", Default: "aquifer.db", Doc: "SQLite database file. Its directory is created if missing.",
+		apply: func(c *Config, v string) error {
+			if v == "" {
+				return errors.New("must not be empty")
+			}
+			c.DBPath = v
+			return nil
+		}},
+	{Key: "store.backend", Env: "AQUIFER_STORE_BACKEND", Default: "sqlite", Doc: "Job store backend: sqlite.",
+		apply: func(c *Config, v string) error {
+			c.StoreBackend, v = strings.ToLower(v), strings.ToLower(v)
+			if v != "sqlite" {
+				return fmt.Errorf("unknown backend %q (supported: sqlite)", v)
+			}
+			return nil
+		}},
+	{Key: "store.sqlite_sync", Env: "AQUIFER_SQLITE_SYNC", Default: "full",
+		Doc: "SQLite durability: full (every accepted job survives power loss) or normal (survives a process crash; the last commits can be lost on power loss; faster).",
+		apply: func(c *Config, v string) error {
+			v = strings.ToLower(v)
+			if v != "full" && v != "normal" {
+				return fmt.Errorf("must be full or normal, got %q", v)
+			}
+			c.SQLiteSync = v
+			return nil
+		}},
+	{Key: "limits.max_body_bytes", Env: "AQUIFER_MAX_BODY_BYTES", Default: "1048576",
+		Doc:   "Largest accepted request body in bytes; larger requests get 413. 0 disables the limit.",
+		apply: func(c *Config, v string) (err error) { c.MaxBodyBytes, err = parseInt64(v, 0); return }},
+	{Key: "dispatch.request_timeout", Env: "AQUIFER_REQUEST_TIMEOUT", Default: "30s",
+		Doc:   "Time limit for one outbound attempt, response body included.",
+		apply: func(c *Config, v string) (err error) { c.RequestTimeout, err = parseDuration(v); return }},
+	{Key: "dispatch.max_response_bytes", Env: "AQUIFER_MAX_RESPONSE_BYTES", Default: "1048576",
+		Doc:   "How much of an upstream response body is kept as the job result; the rest is dropped and body_truncated set.",
+		apply: func(c *Config, v string) (err error) { c.MaxResponseBytes, err = parseInt64(v, 1); return }},
+	{Key: "dispatch.lane_window", Env: "AQUIFER_LANE_WINDOW", Default: "256",
+		Doc:   "Ready jobs each lane keeps in memory; the backlog beyond stays in the store.",
+		apply: func(c *Config, v string) (err error) { c.LaneWindow, err = parseInt(v, 1, 1_000_000); return }},
+	{Key: "shutdown_timeout", Env: "AQUIFER_SHUTDOWN_TIMEOUT", Default: "30s",
+		Doc:   "On SIGINT/SIGTERM, how long to wait for running attempts before aborting them (they run again after restart).",
+		apply: func(c *Config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return }},
+	{Key: "log.level", Env: "AQUIFER_LOG_LEVEL", Default: "info", Doc: "Log level: debug, info, warn or error.",
+		apply: func(c *Config, v string) error {
+			v = strings.ToLower(v)
+			switch v {
+			case "debug", "info", "warn", "error":
+				c.LogLevel = v
+				return nil
+			}
+			return fmt.Errorf("must be debug, info, warn or error, got %q", v)
+		}},
+	{Key: "log.format", Env: "AQUIFER_LOG_FORMAT", Default: "json", Doc: "Log format: json or console.",
+		apply: func(c *Config, v string) error {
+			v = strings.ToLower(v)
+			if v != "json" && v != "console" {
+				return fmt.Errorf("must be json or console, got %q", v)
+			}
+			c.LogFormat = v
+			return nil
+		}},
+	{Key: "adapter", Env: "AQUIFER_ADAPTER", Default: "http", Doc: "Inbound adapters to run, comma-separated: http.",
+		apply: func(c *Config, v string) error {
+			c.Adapters = nil
+			for _, a := range strings.Split(v, ",") {
+				a = strings.ToLower(strings.TrimSpace(a))
+				if a == "" {
+					continue
+				}
+				if a != "http" {
+					return fmt.Errorf("unknown adapter %q (expected http)", a)
+				}
+				c.Adapters = append(c.Adapters, a)
+			}
+			if len(c.Adapters) == 0 {
+				return errors.New("at least one adapter is required")
+			}
+			return nil
+		}},
+}
+
+// LookupEnv reads one environment variable; os.LookupEnv in production.
+type LookupEnv func(string) (string, bool)
+
+// Load builds the configuration from the environment (through lookup) and
+// the YAML file named by CONFIG_PATH, if any. The error lists every problem.
+func Load(lookup LookupEnv) (*Config, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	cfg := &Config{Rates: Rates{Defaults: domain.DefaultRate}}
+	v := viper.NewWithOptions(viper.KeyDelimiter("::"))
+	if path, ok := lookup("CONFIG_PATH"); ok && path != "" {
+		cfg.ConfigPath = path
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("CONFIG_PATH=%s: %w", path, err)
+		}
+	}
+	var errs []error
+	errs = append(errs, checkUnknownKeys(v)...)
+	for _, s := range Settings {
+		val, src := s.Default, "default"
+		if fv := v.Get(yamlKey(s.Key)); fv != nil {
+			val, src = fmt.Sprint(fv), "YAML key "+s.Key
+		}
+		if ev, ok := lookup(s.Env); ok {
+			val, src = strings.TrimSpace(ev), s.Env
+		}
+		if err := s.apply(cfg, val); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", src, err))
+		}
+	}
+	if err := loadRates(v, &cfg.Rates); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return cfg, nil
+}
+
+// yamlKey converts a dotted key to viper's "::" delimiter (dots are legal in
+// upstream host names, so viper's default delimiter cannot be used).
+func yamlKey(dotted string) string { return strings.ReplaceAll(dotted, ".", "::") }
+
+// checkUnknownKeys rejects YAML keys that no setting reads: a typo must not
+// silently fall back to a default.
+func checkUnknownKeys(v *viper.Viper) []error {
+	known := map[string]bool{}
+	for _, s := range Settings {
+		known[yamlKey(s.Key)] = true
+	}
+	var errs []error
+	keys := v.AllKeys()
+	sort.Strings(keys)
+	for _, k := range keys {
+		if known[k] || strings.HasPrefix(k, "defaults::") || strings.HasPrefix(k, "upstreams::") {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("YAML key %s: unknown setting", strings.ReplaceAll(k, "::", ".")))
+	}
+	return errs
+}
+
+// loadRates reads the defaults and upstreams sections. Upstream entries
+// inherit missing fields from defaults.
+func loadRates(v *viper.Viper, r *Rates) error {
+	var errs []error
+	if raw := v.Get("defaults"); raw != nil {
+		d, err := parseRate("defaults", raw, domain.DefaultRate)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			r.Defaults = d
+		}
+	}
+	if raw := v.Get("upstreams"); raw != nil {
+		m, ok := raw.(map[string]any)
+		if !ok {
+			return errors.New("YAML key upstreams: must be a map of host to {rps, max_concurrent}")
+		}
+		r.Upstreams = make(map[string]domain.Rate, len(m))
+		for host, entry := range m {
+			key := strings.ToLower(strings.TrimSpace(host))
+			if key == "" || strings.Contains(key, "/") {
+				errs = append(errs, fmt.Errorf("YAML key upstreams.%s: must be a host or host:port", host))
+				continue
+			}
+			rate, err := parseRate("upstreams."+host, entry, r.Defaults)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.Upstreams[key] = rate
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func parseRate(where string, raw any, inherit domain.Rate) (domain.Rate, error) {
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return domain.Rate{}, fmt.Errorf("YAML key %s: must be a map with rps and max_concurrent", where)
+	}
+	rate := inherit
+	for k, val := range m {
+		var err error
+		switch strings.ToLower(k) {
+		case "rps":
+			rate.RPS, err = parseFloat(fmt.Sprint(val))
+		case "max_concurrent":
+			rate.MaxConcurrent, err = parseInt(fmt.Sprint(val), 1, 1_000_000)
+		default:
+			err = errors.New("unknown key")
+		}
+		if err != nil {
+			return domain.Rate{}, fmt.Errorf("YAML key %s.%s: %w", where, k, err)
+		}
+	}
+	if err := rate.Validate("YAML key " + where); err != nil {
+		return domain.Rate{}, err
+	}
+	return rate, nil
+}

@@ -1,0 +1,57 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+func parseInt(v string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not an integer", v)
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("%d is out of range [%d, %d]", n, lo, hi)
+	}
+	return n, nil
+}
+
+func parseInt64(v string, lo int64) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not an integer", v)
+	}
+	if n < lo {
+		return 0, fmt.Errorf("%d is below the minimum %d", n, lo)
+	}
+	return n, nil
+}
+
+func parseFloat(v string) (float64, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a number", v)
+	}
+	return f, nil
+}
+
+// parseDuration accepts Go durations ("30s", "1m30s"); a bare number is
+// seconds.
+func parseDuration(v string) (time.Duration, error) {
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		if n <= 0 || math.IsInf(n, 0) || math.IsNaN(n) {
+			return 0, fmt.Errorf("%q must be a positive duration", v)
+		}
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (like 30s or 2m)", v)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%q must be a positive duration", v)
+	}
+	return d, nil
+}
