@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -120,6 +122,12 @@ func (d *daemon) serve(ctx context.Context) error {
 		zap.String("sqlite_sync", d.cfg.SQLiteSync), zap.Strings("adapters", d.cfg.Adapters))
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- d.srv.Serve(d.ln) }()
+	if d.cfg.DebugAddr != "" {
+		dbg := &http.Server{Addr: d.cfg.DebugAddr, Handler: debugMux(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = dbg.ListenAndServe() }()
+		defer dbg.Close()
+		d.log.Warn("pprof debug server listening", zap.String("addr", d.cfg.DebugAddr))
+	}
 
 	var err error
 	select {
@@ -144,11 +152,23 @@ func (d *daemon) shutdown() error {
 	if err := d.svc.Stop(ctx); err != nil {
 		d.log.Warn("attempts aborted at shutdown; they will run again after restart", zap.Error(err))
 	}
+	st := d.store.Stats()
+	d.log.Info("store writer", zap.Int64("commits", st.Commits), zap.Int64("ops", st.Ops))
 	if err := d.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close store: %w", err))
 	}
 	d.log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+func debugMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 func newLogger(cfg *config.Config, w io.Writer) (*zap.Logger, error) {

@@ -47,6 +47,10 @@ type Config struct {
 	// LaneIdleTimeout is how long an empty lane lives before it is collected,
 	// with its learned pacing. Default 5m.
 	LaneIdleTimeout time.Duration
+	// PersistInFlightAfter is how long an attempt runs before its in_flight
+	// status is written to the store; shorter attempts go from queued straight
+	// to their result. Negative writes it at once. Default 1s.
+	PersistInFlightAfter time.Duration
 	// StaleAfter is how long an attempt may run before the sweep puts its job
 	// back to queued. Default 5m.
 	StaleAfter time.Duration
@@ -108,6 +112,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.LaneIdleTimeout <= 0 {
 		c.LaneIdleTimeout = 5 * time.Minute
+	}
+	if c.PersistInFlightAfter == 0 {
+		c.PersistInFlightAfter = time.Second
 	}
 	if c.StaleAfter <= 0 {
 		c.StaleAfter = 5 * time.Minute

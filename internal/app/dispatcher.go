@@ -58,6 +58,32 @@ func (d *dispatcher) notify(key domain.LaneKey, rewind bool) {
 	if d.stopping {
 		return // the job is durable; the next start recovers it
 	}
+	l := d.laneLocked(key)
+	if rewind {
+		l.rewind.Store(true)
+	}
+	l.poke()
+}
+
+// offer hands a just-committed job to its lane, creating the lane if needed.
+// If the lane's buffer is full the job is left for the lane to read from the
+// store.
+func (d *dispatcher) offer(j *domain.Job) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopping {
+		return
+	}
+	l := d.laneLocked(j.Lane)
+	select {
+	case l.offers <- j:
+	default:
+		l.lowerFloor(j.Seq)
+		l.poke()
+	}
+}
+
+func (d *dispatcher) laneLocked(key domain.LaneKey) *lane {
 	l := d.lanes[key]
 	if l == nil {
 		l = newLane(d, key)
@@ -66,10 +92,7 @@ func (d *dispatcher) notify(key domain.LaneKey, rewind bool) {
 			d.startLaneLocked(l)
 		}
 	}
-	if rewind {
-		l.rewind.Store(true)
-	}
-	l.poke()
+	return l
 }
 
 func (d *dispatcher) start() {
@@ -130,7 +153,7 @@ func (d *dispatcher) stop(ctx context.Context) error {
 func (d *dispatcher) removeIfIdle(l *lane) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(l.wake) > 0 || d.lanes[l.key] != l {
+	if len(l.wake) > 0 || len(l.offers) > 0 || d.lanes[l.key] != l {
 		return false
 	}
 	delete(d.lanes, l.key)
@@ -174,6 +197,13 @@ func (d *dispatcher) markExecuting(id domain.JobID, on bool) {
 	} else {
 		delete(d.executing, id)
 	}
+}
+
+func (d *dispatcher) isExecuting(id domain.JobID) bool {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	_, ok := d.executing[id]
+	return ok
 }
 
 func (d *dispatcher) executingSet() map[domain.JobID]bool {

@@ -67,15 +67,13 @@ func (d *dispatcher) attempt(j *domain.Job) (o *outcome) {
 			o = &outcome{job: j, kind: outcomeDone}
 		}
 	}()
-	now := d.cfg.Clock.Now()
-	if err := d.cfg.Store.MarkInFlight(d.runCtx, &ports.MarkInFlightParams{ID: j.ID, At: now}); err != nil && d.runCtx.Err() == nil {
-		d.log.Warn("mark in flight failed", zap.String("job_id", string(j.ID)), zap.Error(err))
-	}
+	stopMark := d.markInFlightLater(j.ID, d.cfg.Clock.Now())
 	if n == 1 {
 		d.broker.Publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Kind: j.Kind, Attempt: n})
 	}
 
 	ar := d.send(j)
+	stopMark()
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
 	}
@@ -96,6 +94,25 @@ func (d *dispatcher) attempt(j *domain.Job) (o *outcome) {
 	}
 	d.finish(j, status, n, ar.result)
 	return &outcome{job: j, kind: outcomeDone}
+}
+
+// markInFlightLater records the attempt in the store only if it is still
+// running after PersistInFlightAfter. This instance knows what it is running
+// (Service.Get reports it); the store copy exists for attempts long enough to
+// matter to the stale-job sweep and to other readers, and skipping it for
+// quick attempts saves two writes per job. The returned func cancels it.
+func (d *dispatcher) markInFlightLater(id domain.JobID, at time.Time) (stop func()) {
+	mark := func() {
+		if err := d.cfg.Store.MarkInFlight(d.runCtx, &ports.MarkInFlightParams{ID: id, At: at}); err != nil && d.runCtx.Err() == nil {
+			d.log.Warn("mark in flight failed", zap.String("job_id", string(id)), zap.Error(err))
+		}
+	}
+	if d.cfg.PersistInFlightAfter < 0 {
+		mark()
+		return func() {}
+	}
+	t := time.AfterFunc(d.cfg.PersistInFlightAfter, mark)
+	return func() { t.Stop() }
 }
 
 // send performs one HTTP exchange for j and classifies it: 5xx and transport
@@ -203,6 +220,6 @@ func (d *dispatcher) finish(j *domain.Job, status domain.Status, attempts int, r
 	}
 	d.broker.Publish(domain.Event{Type: ev, JobID: j.ID, Kind: j.Kind, Attempt: attempts, Result: res})
 	if fresh && stored != nil {
-		d.notify(stored.Lane, false)
+		d.offer(stored)
 	}
 }

@@ -57,7 +57,9 @@ func (s *Service) Health(ctx context.Context) *Health {
 	} else {
 		h.Store.OK = true
 		if c, err := s.cfg.Store.Counts(ctx); err == nil {
-			h.Jobs = JobCounts{Queued: c.Queued, InFlight: c.InFlight}
+			// Quick attempts are in flight only in memory (markInFlightLater).
+			running := int64(s.d.executingCount())
+			h.Jobs = JobCounts{Queued: max(c.Total()-running, 0), InFlight: running}
 		}
 	}
 	for _, l := range s.d.laneStats() {

@@ -3,6 +3,7 @@ package app
 import (
 	"container/heap"
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,9 +24,16 @@ const fetchRetry = time.Second
 // pages more in commit order (Seq) when the window runs low, so a backlog of
 // millions costs disk, not RAM.
 //
+// Fresh jobs are handed over directly (offers) when the lane is caught up;
+// otherwise the lane reads them from the store. Two positions keep that
+// exact: cursor, below which every queued job of the lane is in memory or
+// done, and fetched, the highest Seq any store read returned. Seq is commit
+// order, so an offer at or below fetched was already read, and an offer the
+// lane cannot take lowers cursor so the next read finds it.
+//
 // One goroutine (run) owns all lane state except what stats reads under mu.
-// Other goroutines talk to it through channels: wake (new work committed),
-// done (an attempt ended).
+// Other goroutines talk to it through channels: wake (the store may hold
+// unread jobs), offers (a job just committed), done (an attempt ended).
 type lane struct {
 	d       *dispatcher
 	key     domain.LaneKey
@@ -34,6 +42,8 @@ type lane struct {
 
 	wake   chan struct{}
 	rewind atomic.Bool
+	floor  atomic.Int64 // lowest Seq-1 of offers that did not fit in offers
+	offers chan *domain.Job
 	done   chan *outcome
 	quit   chan struct{}
 
@@ -43,7 +53,8 @@ type lane struct {
 	window    []*domain.Job // ready jobs, FIFO
 	delayed   delayHeap     // jobs waiting out a retry backoff
 	inMem     map[domain.JobID]struct{}
-	cursor    int64 // highest Seq read from the store
+	cursor    int64 // every queued job with Seq <= cursor is in memory or done
+	fetched   int64 // highest Seq a store read returned
 	stale     bool  // the store may hold queued jobs we have not read
 	fetchAt   time.Time
 	idleSince time.Time
@@ -54,18 +65,35 @@ type lane struct {
 
 func newLane(d *dispatcher, key domain.LaneKey) *lane {
 	ceiling := d.cfg.Rates.For(key.Upstream())
-	return &lane{
+	l := &lane{
 		d:       d,
 		key:     key,
 		log:     d.log.With(zap.String("lane", string(key))),
 		ceiling: ceiling,
 		wake:    make(chan struct{}, 1),
+		offers:  make(chan *domain.Job, offerBuffer),
 		done:    make(chan *outcome, 64),
 		quit:    make(chan struct{}),
 		limiter: pacing.NewLimiter(ceiling.RPS),
 		gate:    pacing.NewGate(ceiling.MaxConcurrent),
 		inMem:   make(map[domain.JobID]struct{}),
 		stale:   true,
+	}
+	l.floor.Store(math.MaxInt64)
+	return l
+}
+
+// offerBuffer is how many handed-over jobs may wait for a busy lane before
+// further ones are left for the lane to read from the store.
+const offerBuffer = 1024
+
+// lowerFloor records that the job with this Seq must be read from the store.
+func (l *lane) lowerFloor(seq int64) {
+	for {
+		cur := l.floor.Load()
+		if seq-1 >= cur || l.floor.CompareAndSwap(cur, seq-1) {
+			return
+		}
 	}
 }
 
@@ -130,6 +158,11 @@ func (l *lane) run(ctx context.Context) {
 			if l.rewind.Swap(false) {
 				l.cursor = 0
 			}
+			if f := l.floor.Swap(math.MaxInt64); f < l.cursor {
+				l.cursor = f
+			}
+		case j := <-l.offers:
+			l.accept(j)
 		case o := <-l.done:
 			l.complete(o)
 		case <-timer.C():
@@ -139,6 +172,25 @@ func (l *lane) run(ctx context.Context) {
 
 func (l *lane) idle() bool {
 	return len(l.window) == 0 && l.delayed.empty() && l.gate.Running() == 0 && !l.stale
+}
+
+// accept takes a job handed over right after its commit, if the lane is
+// caught up and has room; otherwise it leaves the job for a store read.
+func (l *lane) accept(j *domain.Job) {
+	if j.Seq <= l.fetched {
+		return // a store read already returned it
+	}
+	if _, dup := l.inMem[j.ID]; dup {
+		return
+	}
+	if l.stale || len(l.window) >= l.d.cfg.WindowJobs {
+		l.stale = true
+		l.cursor = min(l.cursor, j.Seq-1)
+		return
+	}
+	l.inMem[j.ID] = struct{}{}
+	l.window = append(l.window, j)
+	l.cursor = max(l.cursor, j.Seq)
 }
 
 // fetch pages queued jobs after the cursor into the window.
@@ -157,6 +209,7 @@ func (l *lane) fetch(ctx context.Context, now time.Time) {
 	}
 	for _, j := range jobs {
 		l.cursor = max(l.cursor, j.Seq)
+		l.fetched = max(l.fetched, j.Seq)
 		if _, dup := l.inMem[j.ID]; dup {
 			continue
 		}

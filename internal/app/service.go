@@ -125,7 +125,7 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 	if !fresh {
 		return &EnqueueResult{JobID: stored.ID, Status: stored.Status, Duplicate: true}, nil
 	}
-	s.d.notify(stored.Lane, false)
+	s.d.offer(stored)
 	return &EnqueueResult{JobID: stored.ID, Status: stored.Status}, nil
 }
 
@@ -137,6 +137,9 @@ func (s *Service) Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	j, err := s.cfg.Store.Get(ctx, id)
 	if err != nil {
 		return nil, storeErr("read job", err)
+	}
+	if j.Status == domain.StatusQueued && s.d.isExecuting(id) {
+		j.Status = domain.StatusInFlight // see dispatcher.markInFlightLater
 	}
 	return j, nil
 }

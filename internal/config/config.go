@@ -61,6 +61,8 @@ type Config struct {
 	LogFormat string
 	// Adapters are the inbound adapters to run.
 	Adapters []string
+	// DebugAddr, when set, serves Go's pprof handlers on that address.
+	DebugAddr string
 	// Rates is the pacing table: defaults and per-upstream ceilings.
 	Rates Rates
 }
@@ -148,6 +150,9 @@ var Settings = []Setting{
 			c.LogFormat = v
 			return nil
 		}},
+	{Key: "debug_addr", Env: "AQUIFER_DEBUG_ADDR", Default: "",
+		Doc:   "If set (e.g. 127.0.0.1:6060), serve Go's pprof profiling handlers there. Never expose it publicly.",
+		apply: func(c *Config, v string) error { c.DebugAddr = v; return nil }},
 	{Key: "adapter", Env: "AQUIFER_ADAPTER", Default: "http", Doc: "Inbound adapters to run, comma-separated: http.",
 		apply: func(c *Config, v string) error {
 			c.Adapters = nil

@@ -37,8 +37,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency ON jobs (kind, user_id, idemp
 -- The queue: queued jobs of one lane in commit order.
 CREATE INDEX IF NOT EXISTS jobs_lane_queued ON jobs (lane, seq) WHERE status = 'queued';
 
--- Stale in-flight detection.
-CREATE INDEX IF NOT EXISTS jobs_in_flight ON jobs (dispatched_at) WHERE status = 'in_flight';
-
--- TTL purge.
-CREATE INDEX IF NOT EXISTS jobs_expires ON jobs (expires_at);
+-- Deliberately no index on expires_at or on in-flight jobs: every status
+-- change would pay to maintain them, while the sweeps that would use them run
+-- once a minute and scan from a read connection instead (see Purge and
+-- ResetStale), never holding the writer.

@@ -18,6 +18,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -79,6 +80,7 @@ type Store struct {
 	wdb   *sql.DB // one connection, owned by the writer goroutine
 	rdb   *sql.DB // read pool
 	stmts writeStmts
+	reads readStmts
 
 	ops       chan *op
 	closeOnce sync.Once
@@ -86,6 +88,19 @@ type Store struct {
 	done      chan struct{}
 	mu        sync.RWMutex // guards closed against sends after Close
 	closed    bool
+
+	commits, committedOps atomic.Int64
+}
+
+// Stats are cumulative writer counters.
+type Stats struct {
+	Commits int64 // transactions committed (one WAL fsync each under SyncFull)
+	Ops     int64 // operations in them
+}
+
+// Stats returns the writer counters: Ops/Commits is the mean group size.
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.commits.Load(), Ops: s.committedOps.Load()}
 }
 
 var _ ports.JobStore = (*Store)(nil)
@@ -132,6 +147,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		rdb.Close()
 		return nil, err
 	}
+	if err := s.reads.prepare(ctx, rdb); err != nil {
+		wdb.Close()
+		rdb.Close()
+		return nil, err
+	}
 	go s.writer()
 	return s, nil
 }
@@ -143,7 +163,9 @@ func dsn(path string, sync Sync, readOnly bool) string {
 	b.WriteString("&_pragma=synchronous(" + strings.ToUpper(string(sync)) + ")")
 	b.WriteString("&_pragma=journal_size_limit(67108864)&_pragma=temp_store(MEMORY)")
 	if readOnly {
-		b.WriteString("&_pragma=query_only(1)")
+		b.WriteString("&_pragma=query_only(1)&_pragma=cache_size(-8192)")
+	} else {
+		b.WriteString("&_pragma=cache_size(-32768)")
 	}
 	return b.String()
 }
@@ -221,21 +243,62 @@ func (s *Store) RecoverInFlight(ctx context.Context) (int, error) {
 	return r.n, r.err
 }
 
-// ResetStale implements ports.JobStore.
+// ResetStale implements ports.JobStore. Candidates are found by a scan on a
+// read connection; the writer then resets each one only if it is still in
+// flight since before the cut-off.
 func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
-	r := s.submit(ctx, &op{kind: opResetStale, stale: p, at: p.Now, done: make(chan opResult, 1)})
+	rows, err := s.rdb.QueryContext(ctx,
+		"SELECT "+jobColumns+" FROM jobs WHERE status = 'in_flight' AND dispatched_at < ? ORDER BY seq", ms(p.DispatchedBefore))
+	if err != nil {
+		return nil, fmt.Errorf("find stale jobs: %w", err)
+	}
+	candidates, err := collect(rows)
+	if err != nil {
+		return nil, err
+	}
+	var keep []*domain.Job
+	for _, j := range candidates {
+		if !p.Exclude[j.ID] {
+			keep = append(keep, j)
+		}
+	}
+	if len(keep) == 0 {
+		return nil, nil
+	}
+	r := s.submit(ctx, &op{kind: opResetStale, jobs: keep, stale: p, at: p.Now, done: make(chan opResult, 1)})
 	return r.jobs, r.err
 }
 
-// Purge implements ports.JobStore.
+// Purge implements ports.JobStore. Expired rows are found by a scan on a
+// read connection and deleted by the writer, which re-checks the expiry.
 func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
-	r := s.submit(ctx, &op{kind: opPurge, at: p.Now, limit: p.Limit, done: make(chan opResult, 1)})
+	rows, err := s.rdb.QueryContext(ctx, "SELECT seq FROM jobs WHERE expires_at <= ? LIMIT ?", ms(p.Now), p.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("find expired jobs: %w", err)
+	}
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("find expired jobs: %w", err)
+		}
+		seqs = append(seqs, seq)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("find expired jobs: %w", err)
+	}
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	r := s.submit(ctx, &op{kind: opPurge, seqs: seqs, at: p.Now, done: make(chan opResult, 1)})
 	return r.n, r.err
 }
 
 // Get implements ports.JobStore.
 func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
-	row := s.rdb.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id = ?", string(id))
+	row := s.reads.get.QueryRowContext(ctx, string(id))
 	j, err := scanJob(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, domain.ErrNotFound
@@ -251,9 +314,7 @@ func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
 
 // ListQueued implements ports.JobStore.
 func (s *Store) ListQueued(ctx context.Context, p *ports.ListQueuedParams) ([]*domain.Job, error) {
-	rows, err := s.rdb.QueryContext(ctx,
-		"SELECT "+jobColumns+" FROM jobs WHERE lane = ? AND status = 'queued' AND seq > ? AND expires_at > ? ORDER BY seq LIMIT ?",
-		string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit)
+	rows, err := s.reads.listQueued.QueryContext(ctx, string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list queued: %w", err)
 	}
@@ -320,4 +381,23 @@ func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
 		total += fi.Size()
 	}
 	return total, nil
+}
+
+// readStmts are prepared once; database/sql re-prepares them lazily on each
+// pooled connection, so reads never re-parse SQL.
+type readStmts struct {
+	get, listQueued *sql.Stmt
+}
+
+func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
+	var err error
+	if r.get, err = db.PrepareContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id = ?"); err != nil {
+		return fmt.Errorf("prepare sqlite reads: %w", err)
+	}
+	r.listQueued, err = db.PrepareContext(ctx,
+		"SELECT "+jobColumns+" FROM jobs WHERE lane = ? AND status = 'queued' AND seq > ? AND expires_at > ? ORDER BY seq LIMIT ?")
+	if err != nil {
+		return fmt.Errorf("prepare sqlite reads: %w", err)
+	}
+	return nil
 }

@@ -33,7 +33,8 @@ type op struct {
 	id       domain.JobID
 	at       time.Time
 	attempts int
-	limit    int
+	seqs     []int64
+	jobs     []*domain.Job
 	finish   *ports.FinishParams
 	stale    *ports.ResetStaleParams
 	done     chan opResult
@@ -48,7 +49,7 @@ type opResult struct {
 }
 
 type writeStmts struct {
-	insert, selectByKey, deleteBySeq, deleteByID, markInFlight, requeue, finish *sql.Stmt
+	insert, selectByKey, deleteBySeq, deleteByID, markInFlight, requeue, finish, purge, resetStale *sql.Stmt
 }
 
 func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -74,6 +75,9 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		WHERE id = ? AND status IN ('queued', 'in_flight')`)
 	w.finish = p(`UPDATE jobs SET status = ?, attempts = ?, updated_at = ?, expires_at = ?, response_status = ?,
 		response_body = ?, response_truncated = ?, response_content_type = ?, reason = ? WHERE id = ?`)
+	w.purge = p("DELETE FROM jobs WHERE seq = ? AND expires_at <= ?")
+	w.resetStale = p(`UPDATE jobs SET status = 'queued', updated_at = ?, expires_at = ?
+		WHERE id = ? AND status = 'in_flight' AND dispatched_at < ?`)
 	if err != nil {
 		return fmt.Errorf("prepare sqlite statements: %w", err)
 	}
@@ -128,12 +132,16 @@ func (s *Store) writer() {
 func (s *Store) commit(batch []*op) {
 	ctx := context.Background()
 	results := make([]opResult, len(batch))
+	superseded := supersededMarks(batch)
 	err := func() error {
 		tx, err := s.wdb.BeginTx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
 		for i, o := range batch {
+			if superseded[i] {
+				continue
+			}
 			r, err := s.apply(ctx, tx, o)
 			if err != nil {
 				_ = tx.Rollback()
@@ -144,6 +152,8 @@ func (s *Store) commit(batch []*op) {
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("commit: %w", err)
 		}
+		s.commits.Add(1)
+		s.committedOps.Add(int64(len(batch)))
 		return nil
 	}()
 	if err != nil {
@@ -160,6 +170,31 @@ func (s *Store) commit(batch []*op) {
 			o.done <- results[i]
 		}
 	}
+}
+
+// supersededMarks finds MarkInFlight ops whose job is finished later in the
+// same batch: the in-flight state would never be visible, so writing it is
+// wasted work.
+func supersededMarks(batch []*op) map[int]bool {
+	var marks map[domain.JobID]int
+	var out map[int]bool
+	for i, o := range batch {
+		switch o.kind {
+		case opMarkInFlight:
+			if marks == nil {
+				marks = make(map[domain.JobID]int)
+			}
+			marks[o.id] = i
+		case opFinish:
+			if j, ok := marks[o.id]; ok {
+				if out == nil {
+					out = make(map[int]bool)
+				}
+				out[j] = true
+			}
+		}
+	}
+	return out
 }
 
 // apply runs one op inside tx. Outcomes that belong to the caller (not found)
@@ -204,15 +239,19 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *op) (opResult, error) 
 		n, _ := res.RowsAffected()
 		return opResult{n: int(n)}, nil
 	case opResetStale:
-		return s.resetStale(ctx, tx, o.stale)
+		return s.resetStale(ctx, tx, o.jobs, o.stale)
 	case opPurge:
-		res, err := tx.ExecContext(ctx,
-			"DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE expires_at <= ? LIMIT ?)", ms(o.at), o.limit)
-		if err != nil {
-			return opResult{}, fmt.Errorf("purge expired jobs: %w", err)
+		n := 0
+		st := tx.StmtContext(ctx, s.stmts.purge)
+		for _, seq := range o.seqs {
+			res, err := st.ExecContext(ctx, seq, ms(o.at))
+			if err != nil {
+				return opResult{}, fmt.Errorf("purge expired jobs: %w", err)
+			}
+			k, _ := res.RowsAffected()
+			n += int(k)
 		}
-		n, _ := res.RowsAffected()
-		return opResult{n: int(n)}, nil
+		return opResult{n: n}, nil
 	}
 	return opResult{}, fmt.Errorf("unknown op %d", o.kind)
 }
@@ -277,28 +316,18 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, p *ports.FinishParams) (
 	return opResult{job: j, fresh: fresh}, err
 }
 
-func (s *Store) resetStale(ctx context.Context, tx *sql.Tx, p *ports.ResetStaleParams) (opResult, error) {
-	rows, err := tx.QueryContext(ctx,
-		"SELECT "+jobColumns+" FROM jobs WHERE status = 'in_flight' AND dispatched_at < ? ORDER BY seq",
-		ms(p.DispatchedBefore))
-	if err != nil {
-		return opResult{}, fmt.Errorf("find stale jobs: %w", err)
-	}
-	candidates, err := collect(rows)
-	if err != nil {
-		return opResult{}, err
-	}
+func (s *Store) resetStale(ctx context.Context, tx *sql.Tx, candidates []*domain.Job, p *ports.ResetStaleParams) (opResult, error) {
 	var reset []*domain.Job
+	st := tx.StmtContext(ctx, s.stmts.resetStale)
 	for _, j := range candidates {
-		if p.Exclude[j.ID] {
-			continue
-		}
-		if _, err := tx.StmtContext(ctx, s.stmts.requeue).ExecContext(ctx,
-			j.Attempts, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)), string(j.ID)); err != nil {
+		res, err := st.ExecContext(ctx, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)), string(j.ID), ms(p.DispatchedBefore))
+		if err != nil {
 			return opResult{}, fmt.Errorf("reset stale job: %w", err)
 		}
-		j.Status = domain.StatusQueued
-		reset = append(reset, j)
+		if n, _ := res.RowsAffected(); n == 1 {
+			j.Status = domain.StatusQueued
+			reset = append(reset, j)
+		}
 	}
 	return opResult{jobs: reset}, nil
 }

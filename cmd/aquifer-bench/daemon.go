@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// daemon is an aquiferd process started for one scenario.
+type daemon struct {
+	url  string
+	cmd  *exec.Cmd
+	dir  string
+	keep bool
+	logs *bytes.Buffer
+}
+
+type upstreamRate struct {
+	host          string
+	rps           float64
+	maxConcurrent int
+}
+
+// startDaemon starts a fresh aquiferd with its own data directory and a
+// config file giving the listed upstreams their rates.
+func startDaemon(ctx context.Context, o options, rates []upstreamRate) (*daemon, error) {
+	if o.addr != "" {
+		return &daemon{url: strings.TrimRight(o.addr, "/")}, nil
+	}
+	dir, err := os.MkdirTemp("", "aquifer-bench-")
+	if err != nil {
+		return nil, err
+	}
+	var cfg strings.Builder
+	cfg.WriteString("upstreams:\n")
+	for _, r := range rates {
+		fmt.Fprintf(&cfg, "  %q:\n    rps: %g\n    max_concurrent: %d\n", r.host, r.rps, r.maxConcurrent)
+	}
+	cfgPath := filepath.Join(dir, "aquifer.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, o.aquiferd)
+	cmd.Env = append(os.Environ(),
+		"PORT="+strconv.Itoa(port),
+		"AQUIFER_HOST=127.0.0.1",
+		"DB_PATH="+filepath.Join(dir, "data", "aquifer.db"),
+		"CONFIG_PATH="+cfgPath,
+		"AQUIFER_SQLITE_SYNC="+o.sync,
+		"AQUIFER_STORE_BACKEND="+o.store,
+		"AQUIFER_LOG_LEVEL="+envOr("AQUIFER_LOG_LEVEL", "warn"),
+		"AQUIFER_DB_MAX_BYTES=0",
+	)
+	logs := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", o.aquiferd, err)
+	}
+	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, dir: dir, keep: o.keep, logs: logs}
+	if err := d.waitHealthy(ctx, 15*time.Second); err != nil {
+		d.stop()
+		return nil, fmt.Errorf("%w\n%s", err, logs.String())
+	}
+	return d, nil
+}
+
+func (d *daemon) waitHealthy(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.url+"/health", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("aquiferd did not become healthy within %s", limit)
+}
+
+// peakRSS returns the daemon's peak resident set size in bytes (VmHWM), or
+// -1 when it cannot be read.
+func (d *daemon) peakRSS() int64 {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return -1
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return -1
+}
+
+func (d *daemon) stop() {
+	if d.cmd != nil && d.cmd.Process != nil {
+		_ = d.cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = d.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-done
+		}
+	}
+	if os.Getenv("AQUIFER_BENCH_DAEMON_LOGS") != "" && d.logs != nil {
+		fmt.Fprintf(os.Stderr, "--- aquiferd logs ---\n%s", d.logs.String())
+	}
+	if d.dir != "" && !d.keep {
+		os.RemoveAll(d.dir)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// cpuTime returns the daemon's user+system CPU time so far, or 0.
+func (d *daemon) cpuTime() time.Duration {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return 0
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which is in parentheses).
+	s := string(raw)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ is 100 on Linux
+}

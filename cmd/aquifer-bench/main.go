@@ -1,0 +1,110 @@
+// Command aquifer-bench measures Aquifer on this machine. It starts its own
+// loopback target and webhook receiver, starts a fresh aquiferd (or uses one
+// at -addr), submits jobs with concurrent clients and prints a table.
+//
+// Scenarios (-scenario, comma-separated; default "ceiling,ingest,e2e"):
+//
+//	ceiling  a trivial Go HTTP server answering POSTs, driven by the same
+//	         clients: the most any HTTP service can take here.
+//	ingest   durable ingest only: jobs target an upstream paced at 1 rps, so
+//	         nothing competes with accepting them.
+//	e2e      accepted → target hit → webhook received, against a loopback
+//	         target configured for a high rate; every webhook must arrive.
+//	backlog  queue -backlog jobs against a 2 rps upstream and report the
+//	         daemon's peak RSS: the store is the queue, memory is a window.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+)
+
+type options struct {
+	aquiferd  string
+	addr      string
+	jobs      int
+	clients   int
+	backlog   int
+	scenarios []string
+	sync      string
+	store     string
+	timeout   time.Duration
+	bodyBytes int
+	keep      bool
+	quiet     bool
+}
+
+func main() {
+	if addr := os.Getenv("AQUIFER_BENCH_CEILING_ADDR"); addr != "" {
+		// Re-executed by the ceiling scenario to serve from its own process.
+		if err := serveCeiling(addr); err != nil {
+			fmt.Fprintln(os.Stderr, "ceiling server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var o options
+	var scen string
+	flag.StringVar(&o.aquiferd, "aquiferd", "./bin/aquiferd", "aquiferd binary to start for each scenario")
+	flag.StringVar(&o.addr, "addr", "", "use an already running aquiferd at this base URL instead (no RSS figures)")
+	flag.IntVar(&o.jobs, "n", 20000, "jobs per scenario")
+	flag.IntVar(&o.clients, "c", 64, "concurrent clients")
+	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
+	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e", "scenarios: ceiling, ingest, e2e, backlog (comma-separated) or all")
+	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
+	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for a scenario after this long")
+	flag.IntVar(&o.bodyBytes, "body", 64, "bytes of request body per job")
+	flag.BoolVar(&o.keep, "keep", false, "keep the daemon's data directories")
+	flag.BoolVar(&o.quiet, "q", false, "no progress bars")
+	flag.Parse()
+	if scen == "all" {
+		scen = "ceiling,ingest,e2e,backlog"
+	}
+	for _, s := range strings.Split(scen, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.scenarios = append(o.scenarios, s)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "aquifer-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	fmt.Printf("aquifer-bench: %d jobs, %d clients, store=%s sync=%s, scenarios=%s\n\n",
+		o.jobs, o.clients, o.store, o.sync, strings.Join(o.scenarios, ","))
+	var results []result
+	for _, s := range o.scenarios {
+		var (
+			r   []result
+			err error
+		)
+		switch s {
+		case "ceiling":
+			r, err = runCeiling(ctx, o)
+		case "ingest":
+			r, err = runIngest(ctx, o)
+		case "e2e":
+			r, err = runE2E(ctx, o)
+		case "backlog":
+			r, err = runBacklog(ctx, o)
+		default:
+			return fmt.Errorf("unknown scenario %q", s)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+		results = append(results, r...)
+	}
+	printTable(os.Stdout, results)
+	return nil
+}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+type result struct {
+	scenario  string
+	accepted  int
+	failed    int
+	ingest    float64 // accepted jobs/s
+	p50, p99  time.Duration
+	max       time.Duration
+	e2e       float64 // jobs/s, accepted → webhook received (0 = not measured)
+	lost      int     // accepted jobs whose webhook never arrived (-1 = not measured)
+	rss       int64   // daemon peak RSS (-1 = unknown)
+	note      string
+	cpuPerJob time.Duration // daemon CPU time per accepted job (0 = unknown)
+}
+
+// sink is a loopback HTTP server that counts what reaches it.
+type sink struct {
+	srv  *http.Server
+	ln   net.Listener
+	hits atomic.Int64
+	mu   sync.Mutex
+	seen map[string]int // webhook job_id → deliveries
+}
+
+func newSink(handler func(s *sink, w http.ResponseWriter, r *http.Request)) (*sink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &sink{ln: ln, seen: map[string]int{}}
+	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		handler(s, w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *sink) host() string { return s.ln.Addr().String() }
+func (s *sink) url() string  { return "http://" + s.host() }
+func (s *sink) close()       { _ = s.srv.Close() }
+
+func (s *sink) received() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.seen)
+}
+
+func targetHandler(_ *sink, w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"ok":true}`))
+}
+
+func webhookHandler(s *sink, w http.ResponseWriter, r *http.Request) {
+	var p struct {
+		JobID string `json:"job_id"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&p)
+	s.mu.Lock()
+	s.seen[p.JobID]++
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func jobBody(o options, i int, prefix, url, webhook string) []byte {
+	payload := strings.Repeat("x", o.bodyBytes)
+	m := map[string]any{
+		"user_id":        "bench",
+		"idempotent_key": fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), i),
+		"url":            url,
+		"method":         "POST",
+		"headers":        map[string]string{"Content-Type": "application/json"},
+		"body":           `{"payload":"` + payload + `"}`,
+	}
+	if webhook != "" {
+		m["webhook_url"] = webhook
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// runCeiling measures a trivial Go HTTP server, in its own process, with the
+// same clients: the ceiling any HTTP service has on this machine.
+func runCeiling(ctx context.Context, o options) ([]result, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("AQUIFER_BENCH_CEILING_ADDR=127.0.0.1:%d", port))
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
+	if err := d.waitHealthy(ctx, 10*time.Second); err != nil {
+		return nil, err
+	}
+	cpu0 := d.cpuTime()
+	l := submit(ctx, d.url+"/jobs", o.jobs, o.clients, o.quiet, "ceiling", func(i int) []byte {
+		return jobBody(o, i, "ceiling", "http://127.0.0.1:1/", "")
+	})
+	return []result{{scenario: "ceiling (trivial Go server)", accepted: l.accepted, failed: l.rejected + l.errors,
+		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
+		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted)}}, nil
+}
+
+func perJob(cpu time.Duration, n int) time.Duration {
+	if cpu <= 0 || n == 0 {
+		return 0
+	}
+	return cpu / time.Duration(n)
+}
+
+// serveCeiling is the trivial server runCeiling starts: it reads the body
+// and answers 201 with a small JSON document.
+func serveCeiling(addr string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("POST /jobs", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"job_id":"00000000000000000000000000000000","status":"queued"}`))
+	})
+	return (&http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}).ListenAndServe()
+}
+
+// runIngest measures durable ingest alone: the upstream is paced at 1 rps, so
+// dispatch does not compete for the CPU.
+func runIngest(ctx context.Context, o options) ([]result, error) {
+	target, err := newSink(targetHandler)
+	if err != nil {
+		return nil, err
+	}
+	defer target.close()
+	d, err := startDaemon(ctx, o, []upstreamRate{{target.host(), 1, 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	cpu0 := d.cpuTime()
+	l := submit(ctx, d.url+"/jobs", o.jobs, o.clients, o.quiet, "ingest", func(i int) []byte {
+		return jobBody(o, i, "ingest", target.url()+"/t", "")
+	})
+	return []result{{scenario: "ingest (durable, " + o.sync + " sync)", accepted: l.accepted, failed: l.rejected + l.errors,
+		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
+		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted)}}, nil
+}
+
+// runE2E measures accepted → target → webhook with a fast loopback target.
+func runE2E(ctx context.Context, o options) ([]result, error) {
+	target, err := newSink(targetHandler)
+	if err != nil {
+		return nil, err
+	}
+	defer target.close()
+	hooks, err := newSink(webhookHandler)
+	if err != nil {
+		return nil, err
+	}
+	defer hooks.close()
+	d, err := startDaemon(ctx, o, []upstreamRate{{target.host(), 100000, 256}, {hooks.host(), 100000, 256}})
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	cpu0 := d.cpuTime()
+	l := submit(ctx, d.url+"/jobs", o.jobs, o.clients, o.quiet, "e2e submit", func(i int) []byte {
+		return jobBody(o, i, "e2e", target.url()+"/t", hooks.url()+"/hook")
+	})
+	stopBar := progress(o.quiet, "e2e webhooks", l.accepted, func() int64 { return int64(hooks.received()) })
+	deadline := time.Now().Add(o.timeout)
+	for hooks.received() < l.accepted && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	e2eElapsed := time.Since(l.start)
+	stopBar()
+	lost := 0
+	hooks.mu.Lock()
+	for _, id := range l.ids {
+		if id != "" && hooks.seen[id] == 0 {
+			lost++
+		}
+	}
+	hooks.mu.Unlock()
+	return []result{{scenario: "e2e (target + webhook)", accepted: l.accepted, failed: l.rejected + l.errors,
+		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
+		e2e: float64(l.accepted-lost) / e2eElapsed.Seconds(), lost: lost, rss: d.peakRSS(), note: l.firstErr,
+		cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted)}}, nil
+}
+
+// runBacklog queues o.backlog jobs against a 2 rps upstream and reports the
+// daemon's peak RSS.
+func runBacklog(ctx context.Context, o options) ([]result, error) {
+	target, err := newSink(targetHandler)
+	if err != nil {
+		return nil, err
+	}
+	defer target.close()
+	d, err := startDaemon(ctx, o, []upstreamRate{{target.host(), 2, 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	l := submit(ctx, d.url+"/jobs", o.backlog, o.clients, o.quiet, "backlog", func(i int) []byte {
+		return jobBody(o, i, "backlog", target.url()+"/t", "")
+	})
+	time.Sleep(2 * time.Second) // let the lane settle with the backlog queued
+	return []result{{scenario: fmt.Sprintf("backlog (%d queued, 2 rps)", l.accepted), accepted: l.accepted,
+		failed: l.rejected + l.errors, ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99),
+		max: l.percentile(1), lost: -1, rss: d.peakRSS(), note: l.firstErr}}, nil
+}
+
+func printTable(w io.Writer, rs []result) {
+	var ceiling float64
+	for _, r := range rs {
+		if strings.HasPrefix(r.scenario, "ceiling") {
+			ceiling = r.ingest
+		}
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\taccepted\tfailed\tingest jobs/s\tvs ceiling\tp50\tp99\tmax\te2e jobs/s\tlost\tpeak RSS\tserver CPU/job\t")
+	for _, r := range rs {
+		ratio, e2e, lost, rss := "-", "-", "-", "-"
+		if ceiling > 0 && !strings.HasPrefix(r.scenario, "ceiling") {
+			ratio = fmt.Sprintf("%.2f", r.ingest/ceiling)
+		}
+		if r.e2e > 0 {
+			e2e = fmt.Sprintf("%.0f", r.e2e)
+		}
+		if r.lost >= 0 {
+			lost = fmt.Sprint(r.lost)
+		}
+		if r.rss > 0 {
+			rss = fmt.Sprintf("%.1f MiB", float64(r.rss)/(1<<20))
+		}
+		cpu := "-"
+		if r.cpuPerJob > 0 {
+			cpu = fmt.Sprintf("%dµs", r.cpuPerJob.Microseconds())
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.scenario, r.accepted, r.failed, r.ingest, ratio,
+			ms(r.p50), ms(r.p99), ms(r.max), e2e, lost, rss, cpu)
+	}
+	tw.Flush()
+	for _, r := range rs {
+		if r.note != "" && r.failed > 0 {
+			fmt.Fprintf(w, "%s: first failure: %s\n", r.scenario, r.note)
+		}
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
