@@ -123,7 +123,11 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 		return nil, storeErr("store job", err)
 	}
 	if !fresh {
-		return &EnqueueResult{JobID: stored.ID, Status: stored.Status, Duplicate: true}, nil
+		status := stored.Status
+		if status == domain.StatusQueued && s.d.isExecuting(stored.ID) {
+			status = domain.StatusInFlight // as Get reports it; see dispatcher.markInFlightLater
+		}
+		return &EnqueueResult{JobID: stored.ID, Status: status, Duplicate: true}, nil
 	}
 	s.d.offer(stored)
 	return &EnqueueResult{JobID: stored.ID, Status: stored.Status}, nil

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 )
@@ -191,13 +192,16 @@ func Load(lookup LookupEnv) (*Config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("CONFIG_PATH=%s: %w", path, err)
 		}
+		if err := checkHostCase(path); err != nil {
+			return nil, err
+		}
 	}
 	var errs []error
 	errs = append(errs, checkUnknownKeys(v)...)
 	for _, s := range Settings {
 		val, src := s.Default, "default"
 		if fv := v.Get(yamlKey(s.Key)); fv != nil {
-			val, src = fmt.Sprint(fv), "YAML key "+s.Key
+			val, src = yamlScalar(fv), "YAML key "+s.Key
 		}
 		if ev, ok := lookup(s.Env); ok {
 			val, src = strings.TrimSpace(ev), s.Env
@@ -215,6 +219,19 @@ func Load(lookup LookupEnv) (*Config, error) {
 	return cfg, nil
 }
 
+// yamlScalar renders a YAML value as the text an environment variable would
+// hold; a list becomes comma-separated.
+func yamlScalar(v any) string {
+	if list, ok := v.([]any); ok {
+		parts := make([]string, len(list))
+		for i, x := range list {
+			parts[i] = fmt.Sprint(x)
+		}
+		return strings.Join(parts, ",")
+	}
+	return fmt.Sprint(v)
+}
+
 // yamlKey converts a dotted key to viper's "::" delimiter (dots are legal in
 // upstream host names, so viper's default delimiter cannot be used).
 func yamlKey(dotted string) string { return strings.ReplaceAll(dotted, ".", "::") }
@@ -230,7 +247,7 @@ func checkUnknownKeys(v *viper.Viper) []error {
 	keys := v.AllKeys()
 	sort.Strings(keys)
 	for _, k := range keys {
-		if known[k] || strings.HasPrefix(k, "defaults::") || strings.HasPrefix(k, "upstreams::") {
+		if known[k] || k == "defaults" || k == "upstreams" || strings.HasPrefix(k, "defaults::") || strings.HasPrefix(k, "upstreams::") {
 			continue
 		}
 		errs = append(errs, fmt.Errorf("YAML key %s: unknown setting", strings.ReplaceAll(k, "::", ".")))
@@ -238,11 +255,35 @@ func checkUnknownKeys(v *viper.Viper) []error {
 	return errs
 }
 
+// checkHostCase rejects upstream hosts listed twice in different case. Viper
+// lower-cases keys as it reads them, so it would merge them silently.
+func checkHostCase(path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("CONFIG_PATH=%s: %w", path, err)
+	}
+	var doc struct {
+		Upstreams map[string]any `yaml:"upstreams"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil // viper already parsed it; its error reporting stands
+	}
+	seen := map[string]string{}
+	for host := range doc.Upstreams {
+		k := strings.ToLower(strings.TrimSpace(host))
+		if prev, dup := seen[k]; dup {
+			return fmt.Errorf("YAML key upstreams.%s: host is listed twice (as %q and %q; keys are case-insensitive)", k, prev, host)
+		}
+		seen[k] = host
+	}
+	return nil
+}
+
 // loadRates reads the defaults and upstreams sections. Upstream entries
 // inherit missing fields from defaults.
 func loadRates(v *viper.Viper, r *Rates) error {
 	var errs []error
-	if raw := v.Get("defaults"); raw != nil {
+	if raw := v.Get("defaults"); raw != nil && raw != "" {
 		d, err := parseRate("defaults", raw, domain.DefaultRate)
 		if err != nil {
 			errs = append(errs, err)
@@ -250,7 +291,7 @@ func loadRates(v *viper.Viper, r *Rates) error {
 			r.Defaults = d
 		}
 	}
-	if raw := v.Get("upstreams"); raw != nil {
+	if raw := v.Get("upstreams"); raw != nil && raw != "" {
 		m, ok := raw.(map[string]any)
 		if !ok {
 			return errors.New("YAML key upstreams: must be a map of host to {rps, max_concurrent}")
@@ -265,6 +306,10 @@ func loadRates(v *viper.Viper, r *Rates) error {
 			rate, err := parseRate("upstreams."+host, entry, r.Defaults)
 			if err != nil {
 				errs = append(errs, err)
+				continue
+			}
+			if _, dup := r.Upstreams[key]; dup {
+				errs = append(errs, fmt.Errorf("YAML key upstreams.%s: host is listed twice (keys are case-insensitive)", host))
 				continue
 			}
 			r.Upstreams[key] = rate

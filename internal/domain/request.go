@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -220,7 +221,7 @@ func checkText(field, s string, max int) error {
 		return Invalid(field, "%s is not valid UTF-8", field)
 	}
 	for _, c := range s {
-		if c < 0x20 || c == 0x7f {
+		if unicode.IsControl(c) {
 			return Invalid(field, "%s contains control characters", field)
 		}
 	}

@@ -27,11 +27,13 @@ func UpstreamOf(raw string) (UpstreamKey, bool) {
 
 func upstreamOfURL(u *url.URL) (UpstreamKey, bool) {
 	scheme := strings.ToLower(u.Scheme)
-	host := strings.ToLower(u.Hostname())
+	// "Example.com." and "example.com" are one destination, and so are
+	// ports "0443" and "443": one lane, one budget.
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 	if host == "" {
 		return "", false
 	}
-	port := u.Port()
+	port := strings.TrimLeft(u.Port(), "0")
 	switch scheme {
 	case "http":
 		if port == "" {

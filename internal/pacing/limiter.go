@@ -5,20 +5,22 @@ import (
 	"time"
 )
 
-// MinCatchUp is the least lateness the limiter forgives. Timers on a loaded
-// machine wake late by up to about a millisecond; at high rates the limiter
-// lets the caller catch up on that lateness instead of losing throughput.
-const MinCatchUp = 2 * time.Millisecond
+// CatchUp is how much lateness the limiter makes up for. Timers on a loaded
+// machine wake late by up to about a millisecond; forgiving that much keeps
+// high rates exact, while a gap between two starts is never shorter than the
+// interval minus CatchUp.
+const CatchUp = 2 * time.Millisecond
 
 // Limiter spaces event starts at 1/rate apart on a fixed grid, like GCRA with a
-// burst of one. Lateness smaller than the catch-up window (the larger of one
-// interval and MinCatchUp) is made up by the following events, so the average
-// rate is exact even when the caller wakes late; after an idle gap longer than
-// the window the grid restarts, so an idle lane cannot save up a burst.
+// burst of one. Lateness up to CatchUp is made up by the following events, so
+// the average rate is exact even when the caller wakes a little late; after a
+// longer gap the grid restarts from now, so an idle lane cannot save up a
+// burst.
 type Limiter struct {
 	rate     float64
 	interval time.Duration
 	tat      time.Time // theoretical arrival time: the earliest start of the next event
+	hold     time.Time // no event before this (Delay), independent of the rate
 }
 
 // NewLimiter returns a limiter allowing rate events per second. A rate <= 0
@@ -44,7 +46,11 @@ func (l *Limiter) SetRate(rate float64) {
 	}
 	old := l.interval
 	l.rate = rate
-	l.interval = time.Duration(float64(time.Second) / rate)
+	if iv := float64(time.Second) / rate; iv < float64(math.MaxInt64) {
+		l.interval = time.Duration(iv)
+	} else {
+		l.interval = math.MaxInt64 // converting iv would overflow to a negative, i.e. no pacing at all
+	}
 	if l.interval <= 0 {
 		l.interval = 1
 	}
@@ -60,8 +66,7 @@ func (l *Limiter) Take(now time.Time) time.Duration {
 	if wait := l.Wait(now); wait > 0 {
 		return wait
 	}
-	catchUp := max(l.interval, MinCatchUp)
-	if l.tat.IsZero() || now.Sub(l.tat) > catchUp {
+	if l.tat.IsZero() || now.Sub(l.tat) > CatchUp {
 		l.tat = now.Add(l.interval)
 	} else {
 		l.tat = l.tat.Add(l.interval)
@@ -71,16 +76,20 @@ func (l *Limiter) Take(now time.Time) time.Duration {
 
 // Wait returns how long from now until an event may start, without taking it.
 func (l *Limiter) Wait(now time.Time) time.Duration {
-	if l.tat.IsZero() || !now.Before(l.tat) {
+	next := l.tat
+	if l.hold.After(next) {
+		next = l.hold
+	}
+	if next.IsZero() || !now.Before(next) {
 		return 0
 	}
-	return l.tat.Sub(now)
+	return next.Sub(now)
 }
 
 // Delay pushes the next permitted start to at least until (used when an
 // upstream says "retry after"). It never moves the next start earlier.
 func (l *Limiter) Delay(until time.Time) {
-	if until.After(l.tat) {
-		l.tat = until
+	if until.After(l.hold) {
+		l.hold = until
 	}
 }

@@ -127,7 +127,9 @@ func decodeJSON(raw []byte, dst any) string {
 		}
 		return "invalid json: " + strings.TrimPrefix(err.Error(), "json: ")
 	}
-	if dec.More() {
+	// trimmed ends with the object unless something follows it. (dec.More is
+	// not enough: it reports false for a trailing '}' or ']'.)
+	if dec.InputOffset() != int64(len(trimmed)) {
 		return "invalid json: unexpected data after the JSON object"
 	}
 	return ""

@@ -1,0 +1,517 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/adapters/outbound/memory"
+	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+func TestEnqueueDispatchesAndDeliversWebhook(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"created":true}`)
+	})
+	hk := newHooks(t)
+	b := setup(t, nil)
+	r := req("k1", up.URL+"/things?x=1")
+	r.Headers["Authorization"] = "Bearer s3cret"
+	r.Headers["Host"] = "virtual.example"
+	r.WebhookURL = hk.URL + "/hook"
+	id := b.enqueue(t, r)
+
+	j := b.waitStatus(t, id, domain.StatusCompleted)
+	if j.Attempts != 1 || j.Result.ResponseStatus != 201 || string(j.Result.Body) != `{"created":true}` ||
+		j.Result.ContentType != "application/json" {
+		t.Fatalf("completed job = %+v, result %+v", j, j.Result)
+	}
+	h := up.snapshot()[0]
+	if h.method != "POST" || h.path != "/things" || h.body != `{"k":"k1"}` || h.headers.Get("Authorization") != "Bearer s3cret" {
+		t.Fatalf("upstream got %+v", h)
+	}
+	waitFor(t, "webhook", func() bool { return hk.count() == 1 })
+	p := hk.payloads(t)[string(id)]
+	if p.Status != "completed" || p.ResponseStatus != 201 || p.Body != `{"created":true}` || p.Reason != "" {
+		t.Fatalf("webhook payload = %+v", p)
+	}
+	wh := hk.snapshot()[0]
+	if wh.method != "POST" || wh.headers.Get("Content-Type") != "application/json" {
+		t.Fatalf("webhook request = %s %v", wh.method, wh.headers)
+	}
+	// The payload's keys are sorted, as the original encoder produced them.
+	if !strings.HasPrefix(wh.body, `{"body":`) || strings.Index(wh.body, `"job_id"`) > strings.Index(wh.body, `"status"`) {
+		t.Fatalf("webhook body keys not in alphabetical order: %s", wh.body)
+	}
+}
+
+func TestHostHeaderSetsRequestHost(t *testing.T) {
+	t.Parallel()
+	var gotHost atomic.Value
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) { gotHost.Store(r.Host) })
+	b := setup(t, nil)
+	r := req("h", up.URL)
+	r.Headers["Host"] = "virtual.example"
+	b.waitStatus(t, b.enqueue(t, r), domain.StatusCompleted)
+	if gotHost.Load() != "virtual.example" {
+		t.Fatalf("upstream saw Host %v", gotHost.Load())
+	}
+}
+
+func TestDuplicateReturnsExistingJobWithRealStatus(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	b := setup(t, nil)
+	id := b.enqueue(t, req("dup", up.URL))
+	b.waitStatus(t, id, domain.StatusCompleted)
+	res, err := b.svc.Enqueue(t.Context(), req("dup", up.URL))
+	if err != nil || !res.Duplicate || res.JobID != id || res.Status != domain.StatusCompleted {
+		t.Fatalf("duplicate Enqueue = %+v, %v; want job %s completed", res, err, id)
+	}
+	if up.count() != 1 {
+		t.Fatalf("upstream hit %d times, want 1", up.count())
+	}
+}
+
+func TestValidationErrorWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, err := b.svc.Enqueue(t.Context(), &domain.JobRequest{UserID: "u", IdempotentKey: "k", URL: "ftp://x/"})
+	if domain.CodeOf(err) != domain.CodeInvalid {
+		t.Fatalf("Enqueue(ftp) error = %v, want invalid", err)
+	}
+	if c, _ := b.store.Counts(t.Context()); c.Total() != 0 {
+		t.Fatalf("a rejected request left %d rows", c.Total())
+	}
+}
+
+func TestRetriesServerErrorsThenFails(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
+		w.WriteHeader(500 + n) // 501, 502, ... so the final reason is visible
+		fmt.Fprintf(w, "boom %d", n)
+	})
+	hk := newHooks(t)
+	b := setup(t, nil)
+	r := req("fail", up.URL)
+	r.WebhookURL = hk.URL
+	id := b.enqueue(t, r)
+	j := b.waitStatus(t, id, domain.StatusFailed)
+	if up.count() != 5 {
+		t.Fatalf("upstream hit %d times, want 5 attempts", up.count())
+	}
+	// The reason comes from the final attempt (the original kept the first one).
+	if j.Attempts != 5 || j.Result.ResponseStatus != 505 || j.Result.Reason != "upstream returned 505" || string(j.Result.Body) != "boom 5" {
+		t.Fatalf("failed job = attempts %d result %+v", j.Attempts, j.Result)
+	}
+	// Backoff between attempts grows (5, 10, 20, 40 ms here).
+	hits := up.snapshot()
+	for i := 1; i < len(hits); i++ {
+		want := []time.Duration{5, 10, 20, 40}[i-1] * time.Millisecond
+		if gap := hits[i].at.Sub(hits[i-1].at); gap < want {
+			t.Errorf("gap before attempt %d = %v, want >= %v", i+1, gap, want)
+		}
+	}
+	waitFor(t, "failure webhook", func() bool { return hk.count() == 1 })
+	p := hk.payloads(t)[string(id)]
+	if p.Status != "failed" || p.Reason != "upstream returned 505" || p.ResponseStatus != 505 || p.Body != "boom 5" {
+		t.Fatalf("failure webhook = %+v", p)
+	}
+}
+
+func TestClientErrorsCompleteWithoutRetry(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{400, 404, 429} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(code) })
+			b := setup(t, nil)
+			j := b.waitStatus(t, b.enqueue(t, req("c", up.URL)), domain.StatusCompleted)
+			if j.Result.ResponseStatus != code || up.count() != 1 {
+				t.Fatalf("status %d: result %+v after %d hits", code, j.Result, up.count())
+			}
+		})
+	}
+}
+
+func TestTransportErrorsRetryThenFail(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	url := up.URL
+	up.Close() // connection refused from now on
+	b := setup(t, nil)
+	j := b.waitStatus(t, b.enqueue(t, req("down", url)), domain.StatusFailed)
+	if j.Attempts != 5 || j.Result.ResponseStatus != 0 || !strings.Contains(j.Result.Reason, "connect") {
+		t.Fatalf("failed job: attempts %d result %+v", j.Attempts, j.Result)
+	}
+}
+
+func TestRecoversAfterTransientFailure(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
+		if n < 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, "finally")
+	})
+	b := setup(t, nil)
+	j := b.waitStatus(t, b.enqueue(t, req("flaky", up.URL)), domain.StatusCompleted)
+	if j.Attempts != 3 || string(j.Result.Body) != "finally" {
+		t.Fatalf("job = attempts %d result %+v", j.Attempts, j.Result)
+	}
+}
+
+func TestResponseBodyIsTruncatedAtLimit(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { fmt.Fprint(w, strings.Repeat("a", 5000)) })
+	b := setup(t, func(c *app.Config) { c.MaxResponseBytes = 100 })
+	j := b.waitStatus(t, b.enqueue(t, req("big", up.URL)), domain.StatusCompleted)
+	if len(j.Result.Body) != 100 || !j.Result.BodyTruncated {
+		t.Fatalf("kept %d bytes, truncated=%v; want 100, true", len(j.Result.Body), j.Result.BodyTruncated)
+	}
+}
+
+func TestRequestTimeoutIsRetryable(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		fmt.Fprint(w, "second time lucky")
+	})
+	b := setup(t, func(c *app.Config) { c.RequestTimeout = 50 * time.Millisecond })
+	j := b.waitStatus(t, b.enqueue(t, req("slow", up.URL)), domain.StatusCompleted)
+	if j.Attempts != 2 {
+		t.Fatalf("attempts = %d, want 2 (first timed out)", j.Attempts)
+	}
+}
+
+func TestPacingSpacesStartsAndBoundsConcurrency(t *testing.T) {
+	t.Parallel()
+	block := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(block) }) }
+	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { <-block })
+	t.Cleanup(release) // a failing assertion must not leave handlers blocked
+	host := strings.TrimPrefix(up.URL, "http://")
+	b := setup(t, func(c *app.Config) {
+		c.Rates.Hosts = map[string]domain.Rate{host: {RPS: 50, MaxConcurrent: 3}}
+	})
+	for i := range 10 {
+		b.enqueue(t, req(fmt.Sprint("p", i), up.URL))
+	}
+	waitFor(t, "3 running", func() bool { return up.count() == 3 })
+	time.Sleep(100 * time.Millisecond) // give a broken gate the chance to start a 4th
+	if n := up.count(); n != 3 {
+		t.Fatalf("%d requests running with max_concurrent 3", n)
+	}
+	release()
+	waitFor(t, "all 10", func() bool { return up.count() == 10 })
+	if m := up.maxConc.Load(); m > 3 {
+		t.Fatalf("max concurrency observed %d, limit 3", m)
+	}
+	hits := up.snapshot()
+	interval := time.Second / 50
+	for i := 1; i < len(hits); i++ {
+		// Jitter only delays; lateness catch-up can pull one start up to
+		// pacing.CatchUp early, never more.
+		if gap := hits[i].at.Sub(hits[i-1].at); gap < interval-3*time.Millisecond {
+			t.Errorf("start %d came %v after the previous; pace is 50 rps (%v)", i+1, gap, interval)
+		}
+	}
+}
+
+func TestWindowPagesBacklogInFIFOOrder(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	host := strings.TrimPrefix(up.URL, "http://")
+	// With a window of 4, most jobs cannot be handed to the lane directly and
+	// must be paged in from the store.
+	b := setup(t, func(c *app.Config) {
+		c.WindowJobs = 4
+		c.Rates.Hosts = map[string]domain.Rate{host: {RPS: 1000, MaxConcurrent: 1}}
+	})
+	const n = 40
+	var ids []domain.JobID
+	for i := range n {
+		ids = append(ids, b.enqueue(t, req(fmt.Sprintf("w%02d", i), up.URL)))
+	}
+	waitFor(t, "all dispatched", func() bool { return up.count() == n })
+	for i, h := range up.snapshot() {
+		if want := fmt.Sprintf(`{"k":"w%02d"}`, i); h.body != want {
+			t.Fatalf("dispatch %d was %s, want %s (FIFO)", i, h.body, want)
+		}
+	}
+	for _, id := range ids {
+		b.waitStatus(t, id, domain.StatusCompleted)
+	}
+}
+
+func TestStartRecoversQueuedAndInFlightJobsInOrder(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	host := strings.TrimPrefix(up.URL, "http://")
+	// Rows left by a crashed run, some of them in flight.
+	store := memory.New(nil)
+	u, _ := domain.UpstreamOf(up.URL)
+	gen := domain.NewIDGenerator(nil)
+	var ids []domain.JobID
+	for i := range 6 {
+		j := domain.NewJob(gen.New(), req(fmt.Sprintf("r%d", i), up.URL), domain.SharedLane(u), time.Now())
+		stored, _, err := store.Insert(t.Context(), j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			_ = store.MarkInFlight(t.Context(), &ports.MarkInFlightParams{ID: stored.ID, At: time.Now()})
+		}
+		ids = append(ids, stored.ID)
+	}
+	b := setup(t, func(c *app.Config) {
+		c.Store = store
+		c.Rates.Hosts = map[string]domain.Rate{host: {RPS: 1000, MaxConcurrent: 1}}
+	})
+	waitFor(t, "recovered jobs dispatched", func() bool { return up.count() == 6 })
+	for i, h := range up.snapshot() {
+		if want := fmt.Sprintf(`{"k":"r%d"}`, i); h.body != want {
+			t.Fatalf("recovered dispatch %d = %s, want %s (FIFO, in-flight ones included)", i, h.body, want)
+		}
+	}
+	for _, id := range ids {
+		b.waitStatus(t, id, domain.StatusCompleted)
+	}
+}
+
+func TestPanicFailsOnlyThatJob(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	hk := newHooks(t)
+	b := setup(t, func(c *app.Config) {
+		c.Doer = panicky{next: &http.Client{}}
+	})
+	bad := req("bad", up.URL)
+	bad.Headers["X-Panic"] = "1"
+	bad.WebhookURL = hk.URL
+	badID := b.enqueue(t, bad)
+	goodID := b.enqueue(t, req("good", up.URL))
+	j := b.waitStatus(t, badID, domain.StatusFailed)
+	if j.Result.Reason != "internal panic" {
+		t.Fatalf("panicked job reason = %q", j.Result.Reason)
+	}
+	b.waitStatus(t, goodID, domain.StatusCompleted)
+	waitFor(t, "panic webhook", func() bool { return hk.count() == 1 })
+	if p := hk.payloads(t)[string(badID)]; p.Status != "failed" || p.Reason != "internal panic" {
+		t.Fatalf("panic webhook = %+v", p)
+	}
+	// The lane is still alive.
+	b.waitStatus(t, b.enqueue(t, req("after", up.URL)), domain.StatusCompleted)
+}
+
+type panicky struct{ next ports.Doer }
+
+func (p panicky) Do(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("X-Panic") != "" {
+		panic("simulated bug")
+	}
+	return p.next.Do(r)
+}
+
+func TestWebhookEnqueuedOncePerJob(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	hk := newHooks(t)
+	b := setup(t, nil)
+	var ids []domain.JobID
+	for i := range 20 {
+		r := req(fmt.Sprint("once", i), up.URL)
+		r.WebhookURL = hk.URL
+		ids = append(ids, b.enqueue(t, r))
+	}
+	waitFor(t, "20 webhooks", func() bool { return hk.count() >= 20 })
+	time.Sleep(50 * time.Millisecond)
+	got := hk.payloads(t) // fails the test on a duplicate delivery
+	for _, id := range ids {
+		if _, ok := got[string(id)]; !ok {
+			t.Errorf("no webhook for %s", id)
+		}
+	}
+}
+
+func TestWebhookRetriesOnServerError(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	var calls atomic.Int64
+	hk := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
+		calls.Add(1)
+		if n < 3 {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	b := setup(t, nil)
+	r := req("hookretry", up.URL)
+	r.WebhookURL = hk.URL
+	b.waitStatus(t, b.enqueue(t, r), domain.StatusCompleted)
+	waitFor(t, "webhook delivered on third try", func() bool { return calls.Load() == 3 })
+}
+
+func TestSecretsNeverLogged(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(503) })
+	b := setup(t, func(c *app.Config) { c.Retry.Attempts = 2 })
+	r := req("secret", up.URL)
+	r.Headers["Authorization"] = "Bearer TOPSECRET-1"
+	r.Headers["X-Api-Key"] = "TOPSECRET-2"
+	b.waitStatus(t, b.enqueue(t, r), domain.StatusFailed)
+	for _, e := range b.logs.All() {
+		line := fmt.Sprint(e.Message, e.ContextMap())
+		if strings.Contains(line, "TOPSECRET") {
+			t.Fatalf("secret logged: %s", line)
+		}
+	}
+}
+
+func TestStopWaitsForRunningAttemptsThenAborts(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	b := setup(t, nil)
+	id := b.enqueue(t, req("stuck", up.URL))
+	waitFor(t, "attempt running", func() bool { return up.count() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := b.svc.Stop(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want deadline exceeded (attempt aborted)", err)
+	}
+	// The aborted job is not recorded as failed: it runs again after restart.
+	j, err := b.store.Get(t.Context(), id)
+	if err != nil || j.Status.Terminal() {
+		t.Fatalf("aborted job = %+v, %v; want it still pending", j, err)
+	}
+	if _, err := b.svc.Enqueue(t.Context(), req("late", up.URL)); err != nil {
+		// Enqueue after Stop still stores the job (it is recovered at the
+		// next start); only dispatch stops.
+		t.Fatalf("Enqueue after Stop: %v", err)
+	}
+}
+
+func TestIdleLanesAreCollected(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	b := setup(t, func(c *app.Config) { c.LaneIdleTimeout = 30 * time.Millisecond })
+	b.waitStatus(t, b.enqueue(t, req("a", up.URL)), domain.StatusCompleted)
+	waitFor(t, "lane collected", func() bool { return len(b.svc.Health(t.Context()).Lanes) == 0 })
+	// A new job recreates it.
+	b.waitStatus(t, b.enqueue(t, req("b", up.URL)), domain.StatusCompleted)
+}
+
+func TestSweepPurgesExpiredAndRequeuesStale(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	b := setup(t, func(c *app.Config) { c.SweepInterval = 20 * time.Millisecond; c.StaleAfter = time.Minute })
+	u, _ := domain.UpstreamOf(up.URL)
+	gen := domain.NewIDGenerator(nil)
+	// An expired row…
+	old := domain.NewJob(gen.New(), req("old", up.URL), domain.SharedLane(u), time.Now().Add(-25*time.Hour))
+	old.ExpiresAt = time.Now().Add(-time.Hour)
+	old.Status = domain.StatusCompleted
+	if _, _, err := b.store.Insert(t.Context(), old); err != nil {
+		t.Fatal(err)
+	}
+	// …and one stuck in flight for ten minutes that no attempt is running.
+	stuck := domain.NewJob(gen.New(), req("stuck", up.URL), domain.SharedLane(u), time.Now())
+	stuck.Status = domain.StatusInFlight
+	stuck.DispatchedAt = time.Now().Add(-10 * time.Minute)
+	if _, _, err := b.store.Insert(t.Context(), stuck); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "purge", func() bool {
+		_, err := b.store.Get(t.Context(), old.ID)
+		c, _ := b.store.Counts(t.Context())
+		return errors.Is(err, domain.ErrNotFound) && c.Total() <= 1
+	})
+	b.waitStatus(t, stuck.ID, domain.StatusCompleted)
+}
+
+func TestGetAndSubscribe(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { <-release; fmt.Fprint(w, "done") })
+	b := setup(t, nil)
+	if _, err := b.svc.Get(t.Context(), "nope"); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("Get(malformed) = %v", err)
+	}
+	if _, _, err := b.svc.Subscribe(t.Context(), "0123456789abcdef0123456789abcdef"); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("Subscribe(unknown) = %v", err)
+	}
+	id := b.enqueue(t, req("sub", up.URL))
+	waitFor(t, "dispatch", func() bool { return up.count() == 1 })
+	j, sub, err := b.svc.Subscribe(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if j.Status != domain.StatusInFlight {
+		t.Fatalf("running job reported as %s", j.Status)
+	}
+	close(release)
+	select {
+	case ev := <-sub.C:
+		if ev.Type != domain.EventCompleted || string(ev.Result.Body) != "done" {
+			t.Fatalf("event = %+v", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no completed event")
+	}
+}
+
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	b := setup(t, func(c *app.Config) { c.MaxBodyBytes = 1234 })
+	b.waitStatus(t, b.enqueue(t, req("h", up.URL)), domain.StatusCompleted)
+	h := b.svc.Health(t.Context())
+	if h.Status != "ok" || !h.Store.OK || h.Admission == nil || h.Admission.MaxBodyBytes != 1234 {
+		t.Fatalf("health = %+v", h)
+	}
+	_ = b.store.Close()
+	if h := b.svc.Health(t.Context()); h.Status != "degraded" || h.Store.OK || h.Store.Error == "" {
+		t.Fatalf("health with a closed store = %+v", h)
+	}
+}
+
+func TestStoreFailureIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_ = b.store.Close()
+	_, err := b.svc.Enqueue(t.Context(), req("x", "http://127.0.0.1:1/"))
+	if domain.CodeOf(err) != domain.CodeUnavailable {
+		t.Fatalf("Enqueue on a closed store = %v (code %s), want unavailable", err, domain.CodeOf(err))
+	}
+}
