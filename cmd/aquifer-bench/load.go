@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"sort"
@@ -37,23 +34,10 @@ func (l *load) percentile(p float64) time.Duration {
 	return l.latencies[i]
 }
 
-func newClient(clients int) *http.Client {
-	return &http.Client{
-		Timeout: 60 * time.Second,
-		Transport: &http.Transport{
-			MaxIdleConns:        clients * 2,
-			MaxIdleConnsPerHost: clients * 2,
-			MaxConnsPerHost:     clients * 2,
-			IdleConnTimeout:     90 * time.Second,
-		},
-	}
-}
-
-// submit POSTs n bodies made by body(i) to url with the given number of
-// concurrent clients and records latency and the job ids returned.
-func submit(ctx context.Context, url string, n, clients int, quiet bool, label string, body func(i int) []byte) *load {
-	client := newClient(clients)
-	defer client.CloseIdleConnections()
+// submit POSTs n bodies made by body(i) to base+path with the given number
+// of concurrent clients (one keep-alive connection each) and records latency
+// and the job ids returned.
+func submit(ctx context.Context, base string, n, clients int, quiet bool, label string, body func(i int) []byte) *load {
 	res := &load{ids: make([]string, n), start: time.Now()}
 	var (
 		next     atomic.Int64
@@ -67,6 +51,8 @@ func submit(ctx context.Context, url string, n, clients int, quiet bool, label s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			conn := newLeanConn(base)
+			defer conn.close()
 			lat := make([]time.Duration, 0, n/clients+1)
 			var rejected, errs int
 			var firstErr string
@@ -76,7 +62,7 @@ func submit(ctx context.Context, url string, n, clients int, quiet bool, label s
 					break
 				}
 				t0 := time.Now()
-				id, status, err := post(ctx, client, url, body(i))
+				status, resp, err := conn.post("/jobs", body(i))
 				d := time.Since(t0)
 				done.Add(1)
 				switch {
@@ -87,12 +73,12 @@ func submit(ctx context.Context, url string, n, clients int, quiet bool, label s
 					}
 				case status == http.StatusCreated || status == http.StatusOK:
 					lat = append(lat, d)
-					res.ids[i] = id
+					res.ids[i] = jobIDOf(resp)
 					accepted.Add(1)
 				default:
 					rejected++
 					if firstErr == "" {
-						firstErr = fmt.Sprintf("HTTP %d", status)
+						firstErr = fmt.Sprintf("HTTP %d: %s", status, resp)
 					}
 				}
 			}
@@ -112,28 +98,6 @@ func submit(ctx context.Context, url string, n, clients int, quiet bool, label s
 	res.accepted = int(accepted.Load())
 	sort.Slice(res.latencies, func(a, b int) bool { return res.latencies[a] < res.latencies[b] })
 	return res
-}
-
-func post(ctx context.Context, client *http.Client, url string, body []byte) (string, int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return "", 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", resp.StatusCode, err
-	}
-	var out struct {
-		JobID string `json:"job_id"`
-	}
-	_ = json.Unmarshal(raw, &out)
-	return out.JobID, resp.StatusCode, nil
 }
 
 // progress draws a progress bar on stderr until the returned stop is called.

@@ -6,14 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -30,57 +29,54 @@ type result struct {
 	rss       int64   // daemon peak RSS (-1 = unknown)
 	note      string
 	cpuPerJob time.Duration // daemon CPU time per accepted job (0 = unknown)
+	harness   time.Duration // this process's CPU time per job (client, target, receiver)
 }
 
-// sink is a loopback HTTP server that counts what reaches it.
+// selfCPU returns this process's user+system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// sink is a loopback target or webhook receiver that counts what reaches it.
 type sink struct {
-	srv  *http.Server
-	ln   net.Listener
-	hits atomic.Int64
+	*leanServer
 	mu   sync.Mutex
 	seen map[string]int // webhook job_id → deliveries
 }
 
-func newSink(handler func(s *sink, w http.ResponseWriter, r *http.Request)) (*sink, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// newTarget answers every request 200 {"ok":true}.
+func newTarget() (*sink, error) {
+	ls, err := newLeanServer(200, "application/json", `{"ok":true}`, nil)
 	if err != nil {
 		return nil, err
 	}
-	s := &sink{ln: ln, seen: map[string]int{}}
-	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.hits.Add(1)
-		handler(s, w, r)
-	}), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
-	return s, nil
+	return &sink{leanServer: ls}, nil
 }
 
-func (s *sink) host() string { return s.ln.Addr().String() }
-func (s *sink) url() string  { return "http://" + s.host() }
-func (s *sink) close()       { _ = s.srv.Close() }
+// newReceiver records the job_id of each webhook and answers 204.
+func newReceiver() (*sink, error) {
+	s := &sink{seen: map[string]int{}}
+	ls, err := newLeanServer(204, "", "", func(body []byte) {
+		id := jobIDOf(body)
+		s.mu.Lock()
+		s.seen[id]++
+		s.mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.leanServer = ls
+	return s, nil
+}
 
 func (s *sink) received() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.seen)
-}
-
-func targetHandler(_ *sink, w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(`{"ok":true}`))
-}
-
-// webhookHandler records the job_id of each delivery. It finds the field
-// with a byte search instead of a full JSON decode, to keep the harness's own
-// CPU use (which competes with the daemon on the same machine) small.
-func webhookHandler(s *sink, w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	id := jobIDOf(body)
-	s.mu.Lock()
-	s.seen[id]++
-	s.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
 }
 
 func jobIDOf(body []byte) string {
@@ -142,11 +138,12 @@ func runCeiling(ctx context.Context, o options) ([]result, error) {
 	if err := d.waitHealthy(ctx, 10*time.Second); err != nil {
 		return nil, err
 	}
-	cpu0 := d.cpuTime()
-	l := submit(ctx, d.url+"/jobs", o.jobs, o.clients, o.quiet, "ceiling", bodyMaker(o, "ceiling", "http://127.0.0.1:1/", ""))
+	cpu0, self0 := d.cpuTime(), selfCPU()
+	l := submit(ctx, d.url, o.jobs, o.clients, o.quiet, "ceiling", bodyMaker(o, "ceiling", "http://127.0.0.1:1/", ""))
 	return []result{{scenario: "ceiling (trivial Go server)", accepted: l.accepted, failed: l.rejected + l.errors,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
-		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted)}}, nil
+		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted),
+		harness: perJob(selfCPU()-self0, l.accepted)}}, nil
 }
 
 func perJob(cpu time.Duration, n int) time.Duration {
@@ -173,7 +170,7 @@ func serveCeiling(addr string) error {
 // runIngest measures durable ingest alone: the upstream is paced at 1 rps, so
 // dispatch does not compete for the CPU.
 func runIngest(ctx context.Context, o options) ([]result, error) {
-	target, err := newSink(targetHandler)
+	target, err := newTarget()
 	if err != nil {
 		return nil, err
 	}
@@ -183,21 +180,22 @@ func runIngest(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer d.stop()
-	cpu0 := d.cpuTime()
-	l := submit(ctx, d.url+"/jobs", o.jobs, o.clients, o.quiet, "ingest", bodyMaker(o, "ingest", target.url()+"/t", ""))
+	cpu0, self0 := d.cpuTime(), selfCPU()
+	l := submit(ctx, d.url, o.jobs, o.clients, o.quiet, "ingest", bodyMaker(o, "ingest", target.url()+"/t", ""))
 	return []result{{scenario: "ingest (durable, " + o.sync + " sync)", accepted: l.accepted, failed: l.rejected + l.errors,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
-		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted)}}, nil
+		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted),
+		harness: perJob(selfCPU()-self0, l.accepted)}}, nil
 }
 
 // runE2E measures accepted → target → webhook with a fast loopback target.
 func runE2E(ctx context.Context, o options) ([]result, error) {
-	target, err := newSink(targetHandler)
+	target, err := newTarget()
 	if err != nil {
 		return nil, err
 	}
 	defer target.close()
-	hooks, err := newSink(webhookHandler)
+	hooks, err := newReceiver()
 	if err != nil {
 		return nil, err
 	}
@@ -207,8 +205,8 @@ func runE2E(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer d.stop()
-	cpu0 := d.cpuTime()
-	l := submit(ctx, d.url+"/jobs", o.jobs, o.clients, o.quiet, "e2e submit", bodyMaker(o, "e2e", target.url()+"/t", hooks.url()+"/hook"))
+	cpu0, self0 := d.cpuTime(), selfCPU()
+	l := submit(ctx, d.url, o.jobs, o.clients, o.quiet, "e2e submit", bodyMaker(o, "e2e", target.url()+"/t", hooks.url()+"/hook"))
 	stopBar := progress(o.quiet, "e2e webhooks", l.accepted, func() int64 { return int64(hooks.received()) })
 	deadline := time.Now().Add(o.timeout)
 	for hooks.received() < l.accepted && time.Now().Before(deadline) && ctx.Err() == nil {
@@ -227,13 +225,13 @@ func runE2E(ctx context.Context, o options) ([]result, error) {
 	return []result{{scenario: "e2e (target + webhook)", accepted: l.accepted, failed: l.rejected + l.errors,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
 		e2e: float64(l.accepted-lost) / e2eElapsed.Seconds(), lost: lost, rss: d.peakRSS(), note: l.firstErr,
-		cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted)}}, nil
+		cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted), harness: perJob(selfCPU()-self0, l.accepted)}}, nil
 }
 
 // runBacklog queues o.backlog jobs against a 2 rps upstream and reports the
 // daemon's peak RSS.
 func runBacklog(ctx context.Context, o options) ([]result, error) {
-	target, err := newSink(targetHandler)
+	target, err := newTarget()
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +241,7 @@ func runBacklog(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer d.stop()
-	l := submit(ctx, d.url+"/jobs", o.backlog, o.clients, o.quiet, "backlog", bodyMaker(o, "backlog", target.url()+"/t", ""))
+	l := submit(ctx, d.url, o.backlog, o.clients, o.quiet, "backlog", bodyMaker(o, "backlog", target.url()+"/t", ""))
 	time.Sleep(2 * time.Second) // let the lane settle with the backlog queued
 	return []result{{scenario: fmt.Sprintf("backlog (%d queued, 2 rps)", l.accepted), accepted: l.accepted,
 		failed: l.rejected + l.errors, ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99),
@@ -259,7 +257,7 @@ func printTable(w io.Writer, rs []result) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\taccepted\tfailed\tingest jobs/s\tvs ceiling\tp50\tp99\tmax\te2e jobs/s\tlost\tpeak RSS\tserver CPU/job\t")
+	fmt.Fprintln(tw, "scenario\taccepted\tfailed\tingest jobs/s\tvs ceiling\tp50\tp99\tmax\te2e jobs/s\tlost\tpeak RSS\tserver CPU/job\tharness CPU/job\t")
 	for _, r := range rs {
 		ratio, e2e, lost, rss := "-", "-", "-", "-"
 		if ceiling > 0 && !strings.HasPrefix(r.scenario, "ceiling") {
@@ -274,12 +272,15 @@ func printTable(w io.Writer, rs []result) {
 		if r.rss > 0 {
 			rss = fmt.Sprintf("%.1f MiB", float64(r.rss)/(1<<20))
 		}
-		cpu := "-"
+		cpu, harness := "-", "-"
 		if r.cpuPerJob > 0 {
 			cpu = fmt.Sprintf("%dµs", r.cpuPerJob.Microseconds())
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.scenario, r.accepted, r.failed, r.ingest, ratio,
-			ms(r.p50), ms(r.p99), ms(r.max), e2e, lost, rss, cpu)
+		if r.harness > 0 {
+			harness = fmt.Sprintf("%dµs", r.harness.Microseconds())
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.scenario, r.accepted, r.failed, r.ingest, ratio,
+			ms(r.p50), ms(r.p99), ms(r.max), e2e, lost, rss, cpu, harness)
 	}
 	tw.Flush()
 	for _, r := range rs {

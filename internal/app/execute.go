@@ -67,7 +67,7 @@ func (d *dispatcher) attempt(j *domain.Job) (o *outcome) {
 			o = &outcome{job: j, kind: outcomeDone}
 		}
 	}()
-	stopMark := d.markInFlightLater(j.ID, d.cfg.Clock.Now())
+	stopMark := d.markInFlightLater(j, d.cfg.Clock.Now())
 	if n == 1 {
 		d.broker.Publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Kind: j.Kind, Attempt: n})
 	}
@@ -78,7 +78,7 @@ func (d *dispatcher) attempt(j *domain.Job) (o *outcome) {
 		return &outcome{job: j, kind: outcomeAbandoned}
 	}
 	if ar.retryable && n < d.cfg.Retry.Attempts {
-		err := d.cfg.Store.Requeue(context.WithoutCancel(d.runCtx), &ports.RequeueParams{ID: j.ID, Attempts: n, Now: d.cfg.Clock.Now()})
+		err := d.cfg.Store.Requeue(context.WithoutCancel(d.runCtx), &ports.RequeueParams{ID: j.ID, Seq: j.Seq, Attempts: n, Now: d.cfg.Clock.Now()})
 		if errors.Is(err, domain.ErrNotFound) {
 			return &outcome{job: j, kind: outcomeDone} // expired and purged meanwhile
 		}
@@ -101,9 +101,10 @@ func (d *dispatcher) attempt(j *domain.Job) (o *outcome) {
 // (Service.Get reports it); the store copy exists for attempts long enough to
 // matter to the stale-job sweep and to other readers, and skipping it for
 // quick attempts saves two writes per job. The returned func cancels it.
-func (d *dispatcher) markInFlightLater(id domain.JobID, at time.Time) (stop func()) {
+func (d *dispatcher) markInFlightLater(j *domain.Job, at time.Time) (stop func()) {
+	id, seq := j.ID, j.Seq
 	mark := func() {
-		if err := d.cfg.Store.MarkInFlight(d.runCtx, &ports.MarkInFlightParams{ID: id, At: at}); err != nil && d.runCtx.Err() == nil {
+		if err := d.cfg.Store.MarkInFlight(d.runCtx, &ports.MarkInFlightParams{ID: id, Seq: seq, At: at}); err != nil && d.runCtx.Err() == nil {
 			d.log.Warn("mark in flight failed", zap.String("job_id", string(id)), zap.Error(err))
 		}
 	}
@@ -129,7 +130,7 @@ func (d *dispatcher) send(j *domain.Job) attemptResult {
 		return attemptResult{result: &domain.Result{Reason: transportReason(err, ctx)}, retryable: true}
 	}
 	defer resp.Body.Close()
-	body, truncated, readErr := readLimited(resp.Body, d.cfg.MaxResponseBytes)
+	body, truncated, readErr := readLimited(resp.Body, resp.ContentLength, d.cfg.MaxResponseBytes)
 	res := &domain.Result{
 		ResponseStatus: resp.StatusCode,
 		Body:           body,
@@ -176,8 +177,26 @@ func transportReason(err error, ctx context.Context) string {
 
 // readLimited reads up to limit bytes of r. If there is more, it reports
 // truncation and drains a bounded amount so the connection can be reused.
-func readLimited(r io.Reader, limit int64) ([]byte, bool, error) {
-	body, err := io.ReadAll(io.LimitReader(r, limit+1))
+// size is the announced Content-Length (-1 if unknown); it sizes the buffer.
+func readLimited(r io.Reader, size, limit int64) ([]byte, bool, error) {
+	var body []byte
+	var err error
+	if size >= 0 && size <= limit {
+		body = make([]byte, size+1)
+		var n int
+		n, err = io.ReadFull(r, body)
+		body = body[:n]
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			err = nil
+		} else if err == nil {
+			// The server sent more than it announced; keep reading to the limit.
+			var rest []byte
+			rest, err = io.ReadAll(io.LimitReader(r, limit+1-int64(len(body))))
+			body = append(body, rest...)
+		}
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r, limit+1))
+	}
 	if err != nil {
 		return body, false, err
 	}
@@ -203,7 +222,7 @@ func (d *dispatcher) finish(j *domain.Job, status domain.Status, attempts int, r
 		}
 	}
 	stored, fresh, err := d.cfg.Store.Finish(context.WithoutCancel(d.runCtx), &ports.FinishParams{
-		ID: j.ID, Status: status, Attempts: attempts, Result: res, Now: now, FollowUp: hook,
+		ID: j.ID, Seq: j.Seq, Status: status, Attempts: attempts, Result: res, Now: now, FollowUp: hook,
 	})
 	switch {
 	case errors.Is(err, domain.ErrNotFound):

@@ -91,13 +91,15 @@ type JobStore interface {
 
 // MarkInFlightParams are the arguments of JobStore.MarkInFlight.
 type MarkInFlightParams struct {
-	ID domain.JobID
-	At time.Time
+	ID  domain.JobID
+	Seq int64 // the job's Seq if known (0 if not): lets backends find the row faster
+	At  time.Time
 }
 
 // RequeueParams are the arguments of JobStore.Requeue.
 type RequeueParams struct {
 	ID       domain.JobID
+	Seq      int64 // as in MarkInFlightParams
 	Attempts int
 	Now      time.Time
 }
@@ -105,6 +107,7 @@ type RequeueParams struct {
 // FinishParams are the arguments of JobStore.Finish.
 type FinishParams struct {
 	ID       domain.JobID
+	Seq      int64         // as in MarkInFlightParams
 	Status   domain.Status // StatusCompleted or StatusFailed
 	Attempts int
 	Result   *domain.Result

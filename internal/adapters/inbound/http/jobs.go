@@ -89,7 +89,7 @@ func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, dst any) bo
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 	}
-	raw, err := io.ReadAll(r.Body)
+	raw, err := readAll(r.Body, r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -104,6 +104,25 @@ func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, dst any) bo
 		return false
 	}
 	return true
+}
+
+// readAll reads the body into a buffer sized from Content-Length when the
+// client sent one, instead of growing it step by step.
+func readAll(r io.Reader, contentLength int64) ([]byte, error) {
+	if contentLength <= 0 || contentLength > 64<<20 {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, contentLength+1) // +1 to see EOF without growing
+	n, err := io.ReadFull(r, buf)
+	switch err {
+	case io.ErrUnexpectedEOF, io.EOF:
+		return buf[:n], nil
+	case nil:
+		// More than Content-Length: let the limiter or ReadAll report it.
+		rest, err := io.ReadAll(r)
+		return append(buf, rest...), err
+	}
+	return buf[:n], err
 }
 
 // decodeJSON decodes exactly one JSON object into dst and returns a message

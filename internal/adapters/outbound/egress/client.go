@@ -22,7 +22,8 @@ type Options struct {
 // NewClient returns an *http.Client for outbound dispatch. It has no overall
 // timeout: every attempt carries its own deadline in its context. It does not
 // use proxy settings from the environment, so where a request goes is decided
-// by the job and Aquifer's configuration only.
+// by the job and Aquifer's configuration only, and it does not decompress
+// responses behind the caller's back.
 func NewClient(o Options) *http.Client {
 	if o.MaxIdleConnsPerHost <= 0 {
 		o.MaxIdleConnsPerHost = 256
@@ -35,9 +36,12 @@ func NewClient(o Options) *http.Client {
 	}
 	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
+		Proxy:             nil,
+		DialContext:       dialer.DialContext,
+		ForceAttemptHTTP2: true,
+		// Relay bodies exactly as the upstream sent them: no transparent
+		// gzip (a caller who wants compression sets Accept-Encoding itself).
+		DisableCompression:    true,
 		MaxIdleConns:          4 * o.MaxIdleConnsPerHost,
 		MaxIdleConnsPerHost:   o.MaxIdleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,

@@ -73,6 +73,9 @@ func encodeHeaders(h map[string]string) (string, error) {
 	if len(h) == 0 {
 		return "{}", nil
 	}
+	if len(h) == 1 && h["Content-Type"] == "application/json" {
+		return `{"Content-Type":"application/json"}`, nil // every webhook job
+	}
 	b, err := json.Marshal(h)
 	if err != nil {
 		return "", fmt.Errorf("encode headers: %w", err)

@@ -223,12 +223,12 @@ func (s *Store) Delete(ctx context.Context, id domain.JobID) error {
 
 // MarkInFlight implements ports.JobStore. It does not wait for the commit.
 func (s *Store) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) error {
-	return s.submit(ctx, &op{kind: opMarkInFlight, id: p.ID, at: p.At}).err
+	return s.submit(ctx, &op{kind: opMarkInFlight, id: p.ID, seq: p.Seq, at: p.At}).err
 }
 
 // Requeue implements ports.JobStore.
 func (s *Store) Requeue(ctx context.Context, p *ports.RequeueParams) error {
-	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, attempts: p.Attempts, at: p.Now, done: make(chan opResult, 1)}).err
+	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, seq: p.Seq, attempts: p.Attempts, at: p.Now, done: make(chan opResult, 1)}).err
 }
 
 // Finish implements ports.JobStore.

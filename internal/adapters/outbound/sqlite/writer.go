@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -33,6 +34,7 @@ type op struct {
 	id       domain.JobID
 	at       time.Time
 	attempts int
+	seq      int64
 	seqs     []int64
 	jobs     []*domain.Job
 	finish   *ports.FinishParams
@@ -49,7 +51,11 @@ type opResult struct {
 }
 
 type writeStmts struct {
-	insert, selectByKey, deleteBySeq, deleteByID, markInFlight, requeue, finish, purge, resetStale *sql.Stmt
+	insert, selectByKey, deleteBySeq, deleteByID, purge, resetStale *sql.Stmt
+	// Row updates come in two forms: by id (an index lookup), and by seq
+	// (the rowid, found directly) with the id re-checked.
+	markInFlight, requeue, finish          *sql.Stmt
+	markInFlightSeq, requeueSeq, finishSeq *sql.Stmt
 }
 
 func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -69,12 +75,16 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	w.selectByKey = p("SELECT " + jobColumns + " FROM jobs WHERE kind = ? AND user_id = ? AND idempotent_key = ?")
 	w.deleteBySeq = p("DELETE FROM jobs WHERE seq = ?")
 	w.deleteByID = p("DELETE FROM jobs WHERE id = ?")
-	w.markInFlight = p(`UPDATE jobs SET status = 'in_flight', dispatched_at = ?, updated_at = ?
-		WHERE id = ? AND status IN ('queued', 'in_flight')`)
-	w.requeue = p(`UPDATE jobs SET status = 'queued', attempts = ?, updated_at = ?, expires_at = ?
-		WHERE id = ? AND status IN ('queued', 'in_flight')`)
-	w.finish = p(`UPDATE jobs SET status = ?, attempts = ?, updated_at = ?, expires_at = ?, response_status = ?,
-		response_body = ?, response_truncated = ?, response_content_type = ?, reason = ? WHERE id = ?`)
+	const (
+		markSQL = `UPDATE jobs SET status = 'in_flight', dispatched_at = ?, updated_at = ?
+		WHERE id = ? AND status IN ('queued', 'in_flight')`
+		requeueSQL = `UPDATE jobs SET status = 'queued', attempts = ?, updated_at = ?, expires_at = ?
+		WHERE id = ? AND status IN ('queued', 'in_flight')`
+		finishSQL = `UPDATE jobs SET status = ?, attempts = ?, updated_at = ?, expires_at = ?, response_status = ?,
+		response_body = ?, response_truncated = ?, response_content_type = ?, reason = ? WHERE id = ?`
+	)
+	w.markInFlight, w.requeue, w.finish = p(markSQL), p(requeueSQL), p(finishSQL)
+	w.markInFlightSeq, w.requeueSeq, w.finishSeq = p(bySeq(markSQL)), p(bySeq(requeueSQL)), p(bySeq(finishSQL))
 	w.purge = p("DELETE FROM jobs WHERE seq = ? AND expires_at <= ?")
 	w.resetStale = p(`UPDATE jobs SET status = 'queued', updated_at = ?, expires_at = ?
 		WHERE id = ? AND status = 'in_flight' AND dispatched_at < ?`)
@@ -82,6 +92,29 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("prepare sqlite statements: %w", err)
 	}
 	return nil
+}
+
+// bySeq turns "... WHERE id = ?" into "... WHERE seq = ? AND id = ?": the
+// caller passes the seq first, then the id, as the last two arguments.
+func bySeq(q string) string {
+	return strings.Replace(q, "WHERE id = ?", "WHERE seq = ? AND id = ?", 1)
+}
+
+// rowArgs appends the arguments that locate a row: (seq, id) when the seq is
+// known, else (id).
+func rowArgs(args []any, seq int64, id domain.JobID) []any {
+	if seq > 0 {
+		return append(args, seq, string(id))
+	}
+	return append(args, string(id))
+}
+
+// pick returns the by-seq form of a statement when the seq is known.
+func pick(byID, bySeq *sql.Stmt, seq int64) *sql.Stmt {
+	if seq > 0 {
+		return bySeq
+	}
+	return byID
 }
 
 // writer is the single goroutine that owns the write connection. Each loop
@@ -214,14 +247,15 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *op) (opResult, error) 
 		}
 		return opResult{}, nil
 	case opMarkInFlight:
-		_, err := tx.StmtContext(ctx, s.stmts.markInFlight).ExecContext(ctx, ms(o.at), ms(o.at), string(o.id))
+		_, err := tx.StmtContext(ctx, pick(s.stmts.markInFlight, s.stmts.markInFlightSeq, o.seq)).
+			ExecContext(ctx, rowArgs([]any{ms(o.at), ms(o.at)}, o.seq, o.id)...)
 		if err != nil {
 			return opResult{}, fmt.Errorf("mark in flight: %w", err)
 		}
 		return opResult{}, nil
 	case opRequeue:
-		res, err := tx.StmtContext(ctx, s.stmts.requeue).ExecContext(ctx,
-			o.attempts, ms(o.at), ms(o.at.Add(domain.QueuedTTL)), string(o.id))
+		res, err := tx.StmtContext(ctx, pick(s.stmts.requeue, s.stmts.requeueSeq, o.seq)).
+			ExecContext(ctx, rowArgs([]any{o.attempts, ms(o.at), ms(o.at.Add(domain.QueuedTTL))}, o.seq, o.id)...)
 		if err != nil {
 			return opResult{}, fmt.Errorf("requeue job: %w", err)
 		}
@@ -300,9 +334,9 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, p *ports.FinishParams) (
 	if r == nil {
 		r = &domain.Result{}
 	}
-	res, err := tx.StmtContext(ctx, s.stmts.finish).ExecContext(ctx,
-		string(p.Status), p.Attempts, ms(p.Now), ms(p.Now.Add(domain.TTL(p.Status))), r.ResponseStatus,
-		nullBytes(r.Body), boolInt(r.BodyTruncated), r.ContentType, r.Reason, string(p.ID))
+	res, err := tx.StmtContext(ctx, pick(s.stmts.finish, s.stmts.finishSeq, p.Seq)).ExecContext(ctx,
+		rowArgs([]any{string(p.Status), p.Attempts, ms(p.Now), ms(p.Now.Add(domain.TTL(p.Status))), r.ResponseStatus,
+			nullBytes(r.Body), boolInt(r.BodyTruncated), r.ContentType, r.Reason}, p.Seq, p.ID)...)
 	if err != nil {
 		return opResult{}, fmt.Errorf("finish job: %w", err)
 	}

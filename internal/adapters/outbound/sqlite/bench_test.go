@@ -1,0 +1,74 @@
+package sqlite_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/adapters/outbound/sqlite"
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storetest"
+)
+
+// BenchmarkInsertParallel measures durable inserts from many goroutines:
+// the group commit's throughput.
+func BenchmarkInsertParallel(b *testing.B) {
+	for _, sync := range []sqlite.Sync{sqlite.SyncFull, sqlite.SyncNormal} {
+		b.Run(string(sync), func(b *testing.B) {
+			s, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "a.db"), Sync: sync})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var n atomic.Int64
+			b.SetParallelism(32) // x GOMAXPROCS goroutines
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					j := storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80")
+					if _, _, err := s.Insert(b.Context(), j); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			st := s.Stats()
+			b.ReportMetric(float64(st.Ops)/float64(max(st.Commits, 1)), "ops/commit")
+		})
+	}
+}
+
+// BenchmarkLifecycle runs the store side of one job with a webhook: insert,
+// finish with the webhook insert, finish the webhook.
+func BenchmarkLifecycle(b *testing.B) {
+	s, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "a.db")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var n atomic.Int64
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			j, _, err := s.Insert(b.Context(), storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			hook := storetest.NewJob("bench", "webhook:"+string(j.ID), "hooks.test:80")
+			hook.Kind = domain.KindWebhook
+			res := &domain.Result{ResponseStatus: 200, Body: []byte(`{"ok":true}`)}
+			w, _, err := s.Finish(b.Context(), &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Attempts: 1,
+				Result: res, Now: time.Now(), FollowUp: hook})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := s.Finish(b.Context(), &ports.FinishParams{ID: w.ID, Status: domain.StatusCompleted, Attempts: 1,
+				Result: &domain.Result{ResponseStatus: 204}, Now: time.Now()}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
