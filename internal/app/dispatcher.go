@@ -17,7 +17,6 @@ type dispatcher struct {
 	cfg    Config
 	log    *zap.Logger
 	broker *Broker
-	ids    *domain.IDGenerator
 
 	mu       sync.Mutex
 	lanes    map[domain.LaneKey]*lane
@@ -74,11 +73,11 @@ func (d *dispatcher) offer(j *domain.Job) {
 	if d.stopping {
 		return
 	}
-	l := d.laneLocked(j.Lane)
+	l := d.laneLocked(j.ReadyLane)
 	select {
 	case l.offers <- j:
 	default:
-		l.lowerFloor(j.Seq)
+		l.lowerFloor(j.ReadySeq)
 		l.poke()
 	}
 }

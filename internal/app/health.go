@@ -22,10 +22,11 @@ type StoreHealth struct {
 	LatencyMS float64 `json:"latency_ms"`
 }
 
-// JobCounts are store-wide counts of unfinished jobs.
+// JobCounts are store-wide counts of unfinished work.
 type JobCounts struct {
-	Queued   int64 `json:"queued"`
-	InFlight int64 `json:"in_flight"`
+	Queued     int64 `json:"queued"`
+	InFlight   int64 `json:"in_flight"`
+	Deliveries int64 `json:"webhooks_pending"`
 }
 
 // LaneHealth describes one live lane.
@@ -59,7 +60,7 @@ func (s *Service) Health(ctx context.Context) *Health {
 		if c, err := s.cfg.Store.Counts(ctx); err == nil {
 			// Quick attempts are in flight only in memory (markInFlightLater).
 			running := int64(s.d.executingCount())
-			h.Jobs = JobCounts{Queued: max(c.Total()-running, 0), InFlight: running}
+			h.Jobs = JobCounts{Queued: max(c.Queued+c.InFlight-running, 0), InFlight: running, Deliveries: c.Deliveries}
 		}
 	}
 	for _, l := range s.d.laneStats() {

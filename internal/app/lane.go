@@ -19,10 +19,13 @@ import (
 // failed read.
 const fetchRetry = time.Second
 
-// lane paces dispatch to one upstream (or one tenant of it). The store is the
-// queue: the lane keeps only a bounded window of ready jobs in memory and
-// pages more in commit order (Seq) when the window runs low, so a backlog of
-// millions costs disk, not RAM.
+// lane paces the work waiting for one upstream (or one tenant of it): jobs to
+// dispatch there, and results to deliver there when it is a webhook receiver.
+// The store is the queue: the lane keeps only a bounded window of ready work
+// in memory and pages more in commit order (ReadySeq) when the window runs
+// low, so a backlog of millions costs disk, not RAM. Work is identified by
+// ReadySeq, which is unique per readiness: a job can wait in the same lane
+// twice (dispatch, then delivery) under two different ReadySeqs.
 //
 // Fresh jobs are handed over directly (offers) when the lane is caught up;
 // otherwise the lane reads them from the store. Two positions keep that
@@ -50,12 +53,12 @@ type lane struct {
 	// Owned by run.
 	limiter   *pacing.Limiter
 	gate      *pacing.Gate
-	window    []*domain.Job // ready jobs, FIFO
-	delayed   delayHeap     // jobs waiting out a retry backoff
-	inMem     map[domain.JobID]struct{}
-	cursor    int64 // every queued job with Seq <= cursor is in memory or done
-	fetched   int64 // highest Seq a store read returned
-	stale     bool  // the store may hold queued jobs we have not read
+	window    []*domain.Job      // ready jobs, FIFO
+	delayed   delayHeap          // jobs waiting out a retry backoff
+	inMem     map[int64]struct{} // ReadySeq of work in the window, delayed or running
+	cursor    int64              // all ready work with ReadySeq <= cursor is in memory or done
+	fetched   int64              // highest ReadySeq a store read returned
+	stale     bool               // the store may hold queued jobs we have not read
 	fetchAt   time.Time
 	idleSince time.Time
 
@@ -76,7 +79,7 @@ func newLane(d *dispatcher, key domain.LaneKey) *lane {
 		quit:    make(chan struct{}),
 		limiter: pacing.NewLimiter(ceiling.RPS),
 		gate:    pacing.NewGate(ceiling.MaxConcurrent),
-		inMem:   make(map[domain.JobID]struct{}),
+		inMem:   make(map[int64]struct{}),
 		stale:   true,
 	}
 	l.floor.Store(math.MaxInt64)
@@ -87,7 +90,7 @@ func newLane(d *dispatcher, key domain.LaneKey) *lane {
 // further ones are left for the lane to read from the store.
 const offerBuffer = 1024
 
-// lowerFloor records that the job with this Seq must be read from the store.
+// lowerFloor records that the work with this ReadySeq must be read from the store.
 func (l *lane) lowerFloor(seq int64) {
 	for {
 		cur := l.floor.Load()
@@ -177,20 +180,20 @@ func (l *lane) idle() bool {
 // accept takes a job handed over right after its commit, if the lane is
 // caught up and has room; otherwise it leaves the job for a store read.
 func (l *lane) accept(j *domain.Job) {
-	if j.Seq <= l.fetched {
+	if j.ReadySeq <= l.fetched {
 		return // a store read already returned it
 	}
-	if _, dup := l.inMem[j.ID]; dup {
+	if _, dup := l.inMem[j.ReadySeq]; dup {
 		return
 	}
 	if l.stale || len(l.window) >= l.d.cfg.WindowJobs {
 		l.stale = true
-		l.cursor = min(l.cursor, j.Seq-1)
+		l.cursor = min(l.cursor, j.ReadySeq-1)
 		return
 	}
-	l.inMem[j.ID] = struct{}{}
+	l.inMem[j.ReadySeq] = struct{}{}
 	l.window = append(l.window, j)
-	l.cursor = max(l.cursor, j.Seq)
+	l.cursor = max(l.cursor, j.ReadySeq)
 }
 
 // fetch pages queued jobs after the cursor into the window.
@@ -199,7 +202,7 @@ func (l *lane) fetch(ctx context.Context, now time.Time) {
 	if limit <= 0 {
 		return
 	}
-	jobs, err := l.d.cfg.Store.ListQueued(ctx, &ports.ListQueuedParams{Lane: l.key, AfterSeq: l.cursor, Limit: limit, Now: now})
+	jobs, err := l.d.cfg.Store.ListReady(ctx, &ports.ListReadyParams{Lane: l.key, AfterSeq: l.cursor, Limit: limit, Now: now})
 	if err != nil {
 		if ctx.Err() == nil {
 			l.log.Warn("reading queued jobs failed; retrying", zap.Error(err))
@@ -208,12 +211,12 @@ func (l *lane) fetch(ctx context.Context, now time.Time) {
 		return
 	}
 	for _, j := range jobs {
-		l.cursor = max(l.cursor, j.Seq)
-		l.fetched = max(l.fetched, j.Seq)
-		if _, dup := l.inMem[j.ID]; dup {
+		l.cursor = max(l.cursor, j.ReadySeq)
+		l.fetched = max(l.fetched, j.ReadySeq)
+		if _, dup := l.inMem[j.ReadySeq]; dup {
 			continue
 		}
-		l.inMem[j.ID] = struct{}{}
+		l.inMem[j.ReadySeq] = struct{}{}
 		l.window = append(l.window, j)
 	}
 	if len(jobs) < limit {
@@ -226,13 +229,13 @@ func (l *lane) fetch(ctx context.Context, now time.Time) {
 // the limiter).
 func (l *lane) dispatchReady(now time.Time) time.Duration {
 	if l.key.Upstream().IsPool() {
-		return 0 // pools dispatch once pool membership exists; jobs stay queued
+		return 0 // pool jobs wait until pools exist (issue 5); they stay queued
 	}
 	for len(l.window) > 0 && l.gate.Open() {
 		j := l.window[0]
 		if j.Expired(now) {
 			l.popFront()
-			delete(l.inMem, j.ID)
+			delete(l.inMem, j.ReadySeq)
 			continue
 		}
 		if wait := l.limiter.Take(now); wait > 0 {
@@ -260,7 +263,7 @@ func (l *lane) complete(o *outcome) {
 	case outcomeRetry:
 		heap.Push(&l.delayed, delayed{job: o.job, due: o.retryAt})
 	default:
-		delete(l.inMem, o.job.ID)
+		delete(l.inMem, o.job.ReadySeq)
 	}
 }
 

@@ -73,6 +73,6 @@ func (s *sweeper) runOnce(ctx context.Context) {
 	}
 	for _, j := range reset {
 		s.log.Warn("job was in flight too long; requeued", zap.String("job_id", string(j.ID)))
-		s.d.notify(j.Lane, true)
+		s.d.notify(j.ReadyLane, true)
 	}
 }

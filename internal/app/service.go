@@ -39,7 +39,6 @@ func New(cfg Config) (*Service, error) {
 		broker: NewBroker(cfg.SubscriberBuffer),
 	}
 	s.d = newDispatcher(cfg, s.broker)
-	s.d.ids = s.ids
 	return s, nil
 }
 
@@ -62,9 +61,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover in-flight jobs: %w", err)
 	}
-	lanes, err := s.cfg.Store.QueuedLanes(ctx)
+	lanes, err := s.cfg.Store.ReadyLanes(ctx)
 	if err != nil {
-		return fmt.Errorf("list queued lanes: %w", err)
+		return fmt.Errorf("list lanes with waiting work: %w", err)
 	}
 	for _, l := range lanes {
 		s.d.notify(l, false)

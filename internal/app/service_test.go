@@ -50,6 +50,13 @@ func TestEnqueueDispatchesAndDeliversWebhook(t *testing.T) {
 	if wh.method != "POST" || wh.headers.Get("Content-Type") != "application/json" {
 		t.Fatalf("webhook request = %s %v", wh.method, wh.headers)
 	}
+	waitFor(t, "delivery recorded", func() bool {
+		j, err := b.svc.Get(t.Context(), id)
+		return err == nil && j.Delivery != nil && j.Delivery.Status == domain.DeliveryDelivered
+	})
+	if j, _ := b.svc.Get(t.Context(), id); j.Delivery.Attempts != 1 || j.Delivery.ResponseStatus != 204 || j.Phase() != domain.PhaseNone {
+		t.Fatalf("delivery = %+v, phase %v", j.Delivery, j.Phase())
+	}
 	// The payload's keys are sorted, as the original encoder produced them.
 	if !strings.HasPrefix(wh.body, `{"body":`) || strings.Index(wh.body, `"job_id"`) > strings.Index(wh.body, `"status"`) {
 		t.Fatalf("webhook body keys not in alphabetical order: %s", wh.body)
@@ -374,8 +381,53 @@ func TestWebhookRetriesOnServerError(t *testing.T) {
 	b := setup(t, nil)
 	r := req("hookretry", up.URL)
 	r.WebhookURL = hk.URL
-	b.waitStatus(t, b.enqueue(t, r), domain.StatusCompleted)
-	waitFor(t, "webhook delivered on third try", func() bool { return calls.Load() == 3 })
+	id := b.enqueue(t, r)
+	b.waitStatus(t, id, domain.StatusCompleted)
+	waitFor(t, "webhook delivered on third try", func() bool {
+		j, err := b.svc.Get(t.Context(), id)
+		return err == nil && j.Delivery != nil && j.Delivery.Status == domain.DeliveryDelivered
+	})
+	if j, _ := b.svc.Get(t.Context(), id); calls.Load() != 3 || j.Delivery.Attempts != 3 || j.Delivery.ResponseStatus != 200 {
+		t.Fatalf("after %d calls: delivery %+v", calls.Load(), j.Delivery)
+	}
+}
+
+func TestWebhookGivesUpAfterRetries(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	hk := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(http.StatusServiceUnavailable) })
+	b := setup(t, nil)
+	r := req("hookfail", up.URL)
+	r.WebhookURL = hk.URL
+	id := b.enqueue(t, r)
+	waitFor(t, "delivery to fail", func() bool {
+		j, err := b.svc.Get(t.Context(), id)
+		return err == nil && j.Delivery != nil && j.Delivery.Status == domain.DeliveryFailed
+	})
+	j, _ := b.svc.Get(t.Context(), id)
+	if hk.count() != 5 || j.Status != domain.StatusCompleted || j.Delivery.Attempts != 5 ||
+		j.Delivery.Reason != "upstream returned 503" || j.Phase() != domain.PhaseNone {
+		t.Fatalf("after %d deliveries: job %s, delivery %+v", hk.count(), j.Status, j.Delivery)
+	}
+}
+
+func TestWebhookToSameHostAsTarget(t *testing.T) {
+	t.Parallel()
+	// Dispatch and delivery wait in the same lane, one after the other.
+	var hooks atomic.Int64
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.URL.Path == "/hook" {
+			hooks.Add(1)
+		}
+	})
+	host := strings.TrimPrefix(up.URL, "http://")
+	b := setup(t, func(c *app.Config) { c.Rates.Hosts = map[string]domain.Rate{host: {RPS: 1000, MaxConcurrent: 1}} })
+	for i := range 10 {
+		r := req(fmt.Sprint("same", i), up.URL+"/work")
+		r.WebhookURL = up.URL + "/hook"
+		b.enqueue(t, r)
+	}
+	waitFor(t, "10 webhooks through the shared lane", func() bool { return hooks.Load() == 10 })
 }
 
 func TestSecretsNeverLogged(t *testing.T) {

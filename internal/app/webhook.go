@@ -2,9 +2,6 @@ package app
 
 import (
 	"encoding/base64"
-	"encoding/json"
-	"fmt"
-	"time"
 	"unicode/utf8"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
@@ -45,38 +42,4 @@ func EncodeBody(b []byte) (text, encoding string) {
 		return string(b), ""
 	}
 	return base64.StdEncoding.EncodeToString(b), "base64"
-}
-
-// webhookKeyPrefix prefixes the idempotency key of a webhook job. Webhook jobs
-// have their own Kind, so these keys never collide with callers' keys.
-const webhookKeyPrefix = "webhook:"
-
-// webhookJob builds the durable job that delivers j's result. Its key
-// "webhook:<job id>" makes the delivery happen once per job, even when the job
-// itself ran twice.
-func (d *dispatcher) webhookJob(j *domain.Job, status domain.Status, res *domain.Result, now time.Time) (*domain.Job, error) {
-	body, err := json.Marshal(NewWebhookPayload(j.ID, status, res))
-	if err != nil {
-		return nil, fmt.Errorf("encode webhook payload: %w", err)
-	}
-	u, ok := domain.UpstreamOf(j.WebhookURL)
-	if !ok {
-		return nil, fmt.Errorf("webhook_url %q has no upstream", j.WebhookURL)
-	}
-	return &domain.Job{
-		ID:            d.ids.New(),
-		Kind:          domain.KindWebhook,
-		ParentID:      j.ID,
-		UserID:        j.UserID,
-		IdempotentKey: webhookKeyPrefix + string(j.ID),
-		URL:           j.WebhookURL,
-		Method:        "POST",
-		Headers:       map[string]string{"Content-Type": "application/json"},
-		Body:          body,
-		Lane:          domain.SharedLane(u),
-		Status:        domain.StatusQueued,
-		CreatedAt:     now,
-		UpdatedAt:     now,
-		ExpiresAt:     now.Add(domain.QueuedTTL),
-	}, nil
 }

@@ -18,7 +18,6 @@ func (t EventType) Terminal() bool { return t == EventCompleted || t == EventFai
 type Event struct {
 	Type     EventType
 	JobID    JobID
-	Kind     Kind
 	Position int     // EventPosition: 1-based place in its lane
 	Attempt  int     // EventDispatching: 1-based attempt number
 	Result   *Result // EventCompleted / EventFailed

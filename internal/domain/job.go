@@ -28,14 +28,32 @@ func (s Status) Valid() bool {
 	return false
 }
 
-// Kind distinguishes jobs callers submitted from the jobs Aquifer creates to
-// deliver their results.
-type Kind string
+// Phase is what a job's next action is.
+type Phase int
 
 const (
-	KindForward Kind = "forward" // submitted by a caller
-	KindWebhook Kind = "webhook" // delivers a forward job's result to its webhook_url
+	PhaseNone     Phase = iota // nothing left to do
+	PhaseDispatch              // send the job's request to its upstream
+	PhaseDeliver               // POST the job's result to its webhook_url
 )
+
+// DeliveryStatus is the state of a job's webhook delivery.
+type DeliveryStatus string
+
+const (
+	DeliveryPending   DeliveryStatus = "pending"   // waiting in the receiver's lane
+	DeliveryDelivered DeliveryStatus = "delivered" // the receiver answered with a non-retryable status
+	DeliveryFailed    DeliveryStatus = "failed"    // retries spent
+)
+
+// Delivery tracks the durable delivery of a finished job's result to its
+// webhook_url. It is part of the job's own record: one row per job lifecycle.
+type Delivery struct {
+	Status         DeliveryStatus
+	Attempts       int
+	ResponseStatus int    // the receiver's last answer (0 if none)
+	Reason         string // why the last attempt failed
+}
 
 // TTLs after which rows expire (BEHAVIOR.md §2.3). The expiry clock restarts at
 // every status change that sets a TTL.
@@ -60,9 +78,7 @@ func TTL(s Status) time.Duration {
 // Job is a durable unit of work: one HTTP request to send, and what came of it.
 type Job struct {
 	ID            JobID
-	Seq           int64 // commit order, assigned by the store; a later commit has a larger Seq
-	Kind          Kind
-	ParentID      JobID // for webhook jobs, the job whose result they deliver
+	Seq           int64 // the store's row number; stable for the job's life
 	UserID        string
 	IdempotentKey string
 	URL           string
@@ -71,7 +87,7 @@ type Job struct {
 	Headers       map[string]string
 	Body          []byte
 	WebhookURL    string
-	Lane          LaneKey
+	Lane          LaneKey // where the request is dispatched (upstream, or tenant of it)
 	Status        Status
 	Attempts      int
 	CreatedAt     time.Time
@@ -79,6 +95,16 @@ type Job struct {
 	DispatchedAt  time.Time // start of the latest attempt; zero before the first
 	ExpiresAt     time.Time
 	Result        *Result // set once the job is terminal
+
+	// ReadyLane is the lane whose queue holds the job's next action (Lane
+	// while it waits for dispatch, the receiver's lane while its result waits
+	// for delivery), or "" when nothing is left to do. ReadySeq orders it in
+	// that queue: it is assigned at commit, so a later commit has a larger one.
+	ReadyLane LaneKey
+	ReadySeq  int64
+
+	// Delivery is set once a job with a webhook_url is terminal.
+	Delivery *Delivery
 }
 
 // Result is what the last attempt of a job produced.
@@ -99,8 +125,16 @@ func (j *Job) Upstream() UpstreamKey {
 	return k
 }
 
-// IsWebhook reports whether this job delivers another job's result.
-func (j *Job) IsWebhook() bool { return j.Kind == KindWebhook }
+// Phase returns what the job's next action is.
+func (j *Job) Phase() Phase {
+	switch {
+	case !j.Status.Terminal():
+		return PhaseDispatch
+	case j.Delivery != nil && j.Delivery.Status == DeliveryPending:
+		return PhaseDeliver
+	}
+	return PhaseNone
+}
 
 // Expired reports whether the row has outlived its TTL at now.
 func (j *Job) Expired(now time.Time) bool { return !j.ExpiresAt.IsZero() && !now.Before(j.ExpiresAt) }
@@ -122,6 +156,10 @@ func (j *Job) Clone() *Job {
 		r := *j.Result
 		r.Body = append([]byte(nil), j.Result.Body...)
 		c.Result = &r
+	}
+	if j.Delivery != nil {
+		d := *j.Delivery
+		c.Delivery = &d
 	}
 	return &c
 }

@@ -196,7 +196,6 @@ func NewJob(id JobID, r *JobRequest, lane LaneKey, now time.Time) *Job {
 	}
 	return &Job{
 		ID:            id,
-		Kind:          KindForward,
 		UserID:        r.UserID,
 		IdempotentKey: r.IdempotentKey,
 		URL:           r.URL,
@@ -206,6 +205,7 @@ func NewJob(id JobID, r *JobRequest, lane LaneKey, now time.Time) *Job {
 		Body:          body,
 		WebhookURL:    r.WebhookURL,
 		Lane:          lane,
+		ReadyLane:     lane,
 		Status:        StatusQueued,
 		CreatedAt:     now,
 		UpdatedAt:     now,

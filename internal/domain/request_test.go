@@ -378,7 +378,6 @@ func TestNewJob(t *testing.T) {
 
 	want := &domain.Job{
 		ID:            "0123456789abcdef0123456789abcdef",
-		Kind:          domain.KindForward,
 		UserID:        "user-1",
 		IdempotentKey: "key-1",
 		URL:           r.URL,
@@ -387,6 +386,7 @@ func TestNewJob(t *testing.T) {
 		Body:          []byte(`{"a":1}`),
 		WebhookURL:    "https://hooks.example.com/cb",
 		Lane:          lane,
+		ReadyLane:     lane,
 		Status:        domain.StatusQueued,
 		CreatedAt:     now,
 		UpdatedAt:     now,
@@ -395,8 +395,8 @@ func TestNewJob(t *testing.T) {
 	if !reflect.DeepEqual(j, want) {
 		t.Fatalf("NewJob =\n%+v\nwant\n%+v", j, want)
 	}
-	if j.IsWebhook() {
-		t.Error("forward job reports IsWebhook")
+	if j.Phase() != domain.PhaseDispatch {
+		t.Errorf("new job phase = %v, want dispatch", j.Phase())
 	}
 	// The job must not share the request's header map.
 	r.Headers["Content-Type"] = "text/plain"
@@ -499,15 +499,19 @@ func TestJobCloneIsDeep(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	orig := &domain.Job{
-		ID: "0123456789abcdef0123456789abcdef", Seq: 7, Kind: domain.KindWebhook, ParentID: "p",
+		ID: "0123456789abcdef0123456789abcdef", Seq: 7, ReadySeq: 9, ReadyLane: "https://h.com:443",
 		UserID: "u", IdempotentKey: "k", URL: "https://x.com/", Method: "POST",
 		Headers: map[string]string{"A": "1", "B": "2"}, Body: []byte("body"),
 		WebhookURL: "https://h.com/", Lane: "https://x.com:443", Status: domain.StatusCompleted,
 		Attempts: 3, CreatedAt: now, UpdatedAt: now.Add(time.Second), DispatchedAt: now.Add(time.Millisecond),
 		ExpiresAt: now.Add(time.Hour),
 		Result:    &domain.Result{ResponseStatus: 200, Body: []byte("resp"), BodyTruncated: true, ContentType: "text/plain", Reason: "r"},
+		Delivery:  &domain.Delivery{Status: domain.DeliveryPending, Attempts: 1},
 	}
 	c := orig.Clone()
+	if c.Delivery == orig.Delivery {
+		t.Fatal("Clone shares the Delivery pointer")
+	}
 	if c == orig {
 		t.Fatal("Clone returned the same pointer")
 	}
@@ -587,5 +591,27 @@ func TestLedgerHash(t *testing.T) {
 	// Documented ambiguity of the legacy format.
 	if domain.LedgerHash("a:b", "c") != domain.LedgerHash("a", "b:c") {
 		t.Error("LedgerHash no longer matches the legacy user:key concatenation")
+	}
+}
+
+func TestJobPhase(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		status   domain.Status
+		delivery *domain.Delivery
+		want     domain.Phase
+	}{
+		{domain.StatusQueued, nil, domain.PhaseDispatch},
+		{domain.StatusInFlight, nil, domain.PhaseDispatch},
+		{domain.StatusCompleted, nil, domain.PhaseNone},
+		{domain.StatusFailed, &domain.Delivery{Status: domain.DeliveryPending}, domain.PhaseDeliver},
+		{domain.StatusCompleted, &domain.Delivery{Status: domain.DeliveryDelivered}, domain.PhaseNone},
+		{domain.StatusCompleted, &domain.Delivery{Status: domain.DeliveryFailed}, domain.PhaseNone},
+	}
+	for _, c := range cases {
+		j := &domain.Job{Status: c.status, Delivery: c.delivery}
+		if got := j.Phase(); got != c.want {
+			t.Errorf("Phase(%s, %+v) = %v, want %v", c.status, c.delivery, got, c.want)
+		}
 	}
 }

@@ -25,11 +25,11 @@ import (
 // the app. Implementations must be safe for concurrent use.
 type JobStore interface {
 	// Insert durably stores job unless a live (unexpired) job with the same
-	// (Kind, UserID, IdempotentKey) exists. It returns the stored job — the new
-	// one with Seq assigned, or the existing one — and whether it was new.
-	// The check and the insert are one atomic step: of many concurrent callers
-	// with the same key exactly one gets fresh == true. An expired job holding
-	// the key is replaced.
+	// (UserID, IdempotentKey) exists. It returns the stored job — the new one
+	// with Seq and ReadySeq assigned, or the existing one — and whether it was
+	// new. The check and the insert are one atomic step: of many concurrent
+	// callers with the same key exactly one gets fresh == true. An expired job
+	// holding the key is replaced.
 	Insert(ctx context.Context, job *domain.Job) (stored *domain.Job, fresh bool, err error)
 
 	// Get returns the job, or ErrNotFound if it does not exist or has expired.
@@ -39,29 +39,37 @@ type JobStore interface {
 	// again at once). ErrNotFound if there is no such job.
 	Delete(ctx context.Context, id domain.JobID) error
 
-	// MarkInFlight records that an attempt of the job started at p.At. It may
-	// return before the change is durable: losing it in a crash only means the
-	// job is dispatched again after restart, which at-least-once allows.
+	// MarkInFlight records that a dispatch attempt of the job started at p.At.
+	// It may return before the change is durable: losing it in a crash only
+	// means the job is dispatched again after restart, which at-least-once
+	// allows.
 	MarkInFlight(ctx context.Context, p *MarkInFlightParams) error
 
-	// Requeue puts an in-flight job back to queued (after a retryable failure,
-	// or when the upstream asked to wait), recording the attempts made.
-	// ErrNotFound if the job is gone.
+	// Requeue records a failed attempt that will be retried: a dispatch
+	// attempt puts the job back to queued; a delivery attempt counts against
+	// its delivery. The job stays ready in its lane. ErrNotFound if the job
+	// is gone or not in that phase.
 	Requeue(ctx context.Context, p *RequeueParams) error
 
-	// Finish records a terminal status and result and, in the same
-	// transaction, inserts p.FollowUp (the webhook delivery job) unless a job
-	// with its key already exists. It returns the follow-up as stored and
-	// whether it was new. ErrNotFound if the job is gone (expired and purged);
-	// then nothing is written.
-	Finish(ctx context.Context, p *FinishParams) (followUp *domain.Job, fresh bool, err error)
+	// Finish records a terminal status and result. If p.DeliverIn is set, the
+	// job's result becomes due for delivery in that lane in the same
+	// transaction (Delivery pending, ReadyLane = p.DeliverIn, a new
+	// ReadySeq), which it returns. Finishing a job that is already terminal
+	// overwrites its result but never enqueues a second delivery.
+	// ErrNotFound if the job is gone (expired and purged).
+	Finish(ctx context.Context, p *FinishParams) (readySeq int64, err error)
 
-	// ListQueued returns up to p.Limit queued, unexpired jobs of p.Lane with
-	// Seq > p.AfterSeq, in Seq order.
-	ListQueued(ctx context.Context, p *ListQueuedParams) ([]*domain.Job, error)
+	// FinishDelivery records the end of a job's webhook delivery. ErrNotFound
+	// if the job is gone or has no pending delivery.
+	FinishDelivery(ctx context.Context, p *FinishDeliveryParams) error
 
-	// QueuedLanes returns every lane that has at least one queued job.
-	QueuedLanes(ctx context.Context) ([]domain.LaneKey, error)
+	// ListReady returns up to p.Limit unexpired jobs whose next action waits
+	// in p.Lane with ReadySeq > p.AfterSeq, in ReadySeq order. Jobs recorded
+	// as in_flight are not waiting and are left out.
+	ListReady(ctx context.Context, p *ListReadyParams) ([]*domain.Job, error)
+
+	// ReadyLanes returns every lane that has at least one job waiting in it.
+	ReadyLanes(ctx context.Context) ([]domain.LaneKey, error)
 
 	// RecoverInFlight sets every in_flight job back to queued and returns how
 	// many it changed. Called once at start-up, before any dispatch.
@@ -75,7 +83,7 @@ type JobStore interface {
 	// returns how many it deleted.
 	Purge(ctx context.Context, p *PurgeParams) (int, error)
 
-	// Counts returns the number of unexpired queued and in-flight jobs.
+	// Counts returns the number of unexpired unfinished jobs.
 	Counts(ctx context.Context) (Counts, error)
 
 	// Ping checks that the store can serve requests.
@@ -99,24 +107,38 @@ type MarkInFlightParams struct {
 // RequeueParams are the arguments of JobStore.Requeue.
 type RequeueParams struct {
 	ID       domain.JobID
-	Seq      int64 // as in MarkInFlightParams
-	Attempts int
+	Seq      int64        // as in MarkInFlightParams
+	Phase    domain.Phase // PhaseDispatch or PhaseDeliver
+	Attempts int          // attempts made so far in that phase
+	Reason   string       // PhaseDeliver: why the attempt failed
+	Response int          // PhaseDeliver: the receiver's status (0 if none)
 	Now      time.Time
 }
 
 // FinishParams are the arguments of JobStore.Finish.
 type FinishParams struct {
-	ID       domain.JobID
-	Seq      int64         // as in MarkInFlightParams
-	Status   domain.Status // StatusCompleted or StatusFailed
-	Attempts int
-	Result   *domain.Result
-	Now      time.Time
-	FollowUp *domain.Job // optional job to insert-if-absent atomically with the status change
+	ID        domain.JobID
+	Seq       int64         // as in MarkInFlightParams
+	Status    domain.Status // StatusCompleted or StatusFailed
+	Attempts  int
+	Result    *domain.Result
+	Now       time.Time
+	DeliverIn domain.LaneKey // the webhook receiver's lane, or "" when the job has no webhook
 }
 
-// ListQueuedParams are the arguments of JobStore.ListQueued.
-type ListQueuedParams struct {
+// FinishDeliveryParams are the arguments of JobStore.FinishDelivery.
+type FinishDeliveryParams struct {
+	ID        domain.JobID
+	Seq       int64 // as in MarkInFlightParams
+	Delivered bool  // false: retries spent
+	Attempts  int
+	Response  int    // the receiver's last status (0 if none)
+	Reason    string // why delivery failed
+	Now       time.Time
+}
+
+// ListReadyParams are the arguments of JobStore.ListReady.
+type ListReadyParams struct {
 	Lane     domain.LaneKey
 	AfterSeq int64
 	Limit    int
@@ -138,9 +160,10 @@ type PurgeParams struct {
 
 // Counts are the store-wide job counts reported in load headers and health.
 type Counts struct {
-	Queued   int64
-	InFlight int64
+	Queued     int64 // waiting for dispatch
+	InFlight   int64 // being dispatched (as recorded in the store)
+	Deliveries int64 // results waiting for webhook delivery
 }
 
-// Total returns queued plus in-flight.
-func (c Counts) Total() int64 { return c.Queued + c.InFlight }
+// Total returns all unfinished work.
+func (c Counts) Total() int64 { return c.Queued + c.InFlight + c.Deliveries }

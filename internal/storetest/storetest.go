@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -38,18 +39,18 @@ func Exercise(t *testing.T, newStore NewStore) {
 	}{
 		{"InsertAndGet", testInsertAndGet},
 		{"DuplicateReturnsExisting", testDuplicate},
-		{"KindSeparatesKeys", testKindSeparatesKeys},
 		{"ConcurrentUniqueKeysAllFresh", testConcurrentUnique},
 		{"ConcurrentSameKeyExactlyOneFresh", testConcurrentSameKey},
 		{"GetUnknownAndExpired", testGetUnknownAndExpired},
 		{"ExpiredKeyIsReplaced", testExpiredKeyReplaced},
 		{"DeleteFreesKey", testDeleteFreesKey},
 		{"MarkInFlightAndRequeue", testMarkInFlightAndRequeue},
-		{"FinishWithFollowUp", testFinishWithFollowUp},
+		{"FinishWithDelivery", testFinishWithDelivery},
+		{"FinishWithoutWebhook", testFinishWithoutWebhook},
 		{"FinishUnknown", testFinishUnknown},
-		{"ListQueuedIsCommitOrderedPaging", testListQueued},
+		{"ListReadyIsCommitOrderedPaging", testListReady},
 		{"SeqFollowsCommitOrder", testSeqCommitOrder},
-		{"QueuedLanes", testQueuedLanes},
+		{"ReadyLanes", testReadyLanes},
 		{"RecoverInFlight", testRecoverInFlight},
 		{"ResetStale", testResetStale},
 		{"PurgeExpiredInBatches", testPurge},
@@ -99,7 +100,8 @@ func testInsertAndGet(t *testing.T, s ports.JobStore) {
 	mustInsert(t, s, j)
 	got := mustGet(t, s, j.ID)
 	if got.UserID != "u1" || got.IdempotentKey != "k1" || got.PoolID != "readers" || got.Method != "POST" ||
-		got.Status != domain.StatusQueued || got.Kind != domain.KindForward || got.Lane != "a.test:80" ||
+		got.Status != domain.StatusQueued || got.Lane != "a.test:80" || got.ReadyLane != "a.test:80" ||
+		got.ReadySeq != got.Seq || got.Delivery != nil ||
 		got.WebhookURL != "http://hooks.test/h" || string(got.Body) != `{"n":1}` ||
 		got.Headers["Authorization"] != "Bearer t" || got.CreatedAt.UnixMilli() != j.CreatedAt.UnixMilli() {
 		t.Fatalf("Get returned %+v, want the inserted job", got)
@@ -127,13 +129,6 @@ func testDuplicate(t *testing.T, s ports.JobStore) {
 	// Keys that collide under the legacy "user:key" hash are distinct.
 	mustInsert(t, s, NewJob("a:b", "c", "a.test:80"))
 	mustInsert(t, s, NewJob("a", "b:c", "a.test:80"))
-}
-
-func testKindSeparatesKeys(t *testing.T, s ports.JobStore) {
-	mustInsert(t, s, NewJob("u1", "webhook:x", "a.test:80"))
-	w := NewJob("u1", "webhook:x", "hooks.test:80")
-	w.Kind = domain.KindWebhook
-	mustInsert(t, s, w)
 }
 
 func testConcurrentUnique(t *testing.T, s ports.JobStore) {
@@ -255,31 +250,34 @@ func testMarkInFlightAndRequeue(t *testing.T, s ports.JobStore) {
 	if got.Status != domain.StatusInFlight || got.DispatchedAt.UnixMilli() != at.UnixMilli() {
 		t.Fatalf("after MarkInFlight: status=%s dispatched=%v", got.Status, got.DispatchedAt)
 	}
-	if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: j.ID, Attempts: 2, Now: time.Now()}); err != nil {
+	if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: j.ID, Phase: domain.PhaseDispatch, Attempts: 2, Now: time.Now()}); err != nil {
 		t.Fatalf("Requeue: %v", err)
 	}
 	got = mustGet(t, s, j.ID)
 	if got.Status != domain.StatusQueued || got.Attempts != 2 {
 		t.Fatalf("after Requeue: status=%s attempts=%d", got.Status, got.Attempts)
 	}
-	if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: "ffffffffffffffffffffffffffffffff", Now: time.Now()}); !errors.Is(err, domain.ErrNotFound) {
+	if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: "ffffffffffffffffffffffffffffffff", Phase: domain.PhaseDispatch, Now: time.Now()}); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("Requeue(unknown) = %v, want ErrNotFound", err)
 	}
 }
 
-func webhookFor(j *domain.Job) *domain.Job {
-	w := NewJob(j.UserID, "webhook:"+string(j.ID), "hooks.test:80")
-	w.Kind, w.ParentID, w.WebhookURL = domain.KindWebhook, j.ID, ""
-	return w
+func ready(t *testing.T, s ports.JobStore, lane string) []*domain.Job {
+	t.Helper()
+	jobs, err := s.ListReady(ctx(t), &ports.ListReadyParams{Lane: domain.LaneKey(lane), Limit: 100, Now: time.Now()})
+	if err != nil {
+		t.Fatalf("ListReady(%s): %v", lane, err)
+	}
+	return jobs
 }
 
-func testFinishWithFollowUp(t *testing.T, s ports.JobStore) {
+func testFinishWithDelivery(t *testing.T, s ports.JobStore) {
 	j := mustInsert(t, s, NewJob("u", "fin", "a.test:80"))
 	res := &domain.Result{ResponseStatus: 201, Body: []byte("created"), ContentType: "text/plain", BodyTruncated: true}
-	f, fresh, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Attempts: 1,
-		Result: res, Now: time.Now(), FollowUp: webhookFor(j)})
-	if err != nil || !fresh || f == nil || f.Seq <= j.Seq {
-		t.Fatalf("Finish: followUp=%+v fresh=%v err=%v", f, fresh, err)
+	readySeq, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusCompleted, Attempts: 1,
+		Result: res, Now: time.Now(), DeliverIn: "hooks.test:80"})
+	if err != nil || readySeq <= j.ReadySeq {
+		t.Fatalf("Finish = %d, %v; want a ReadySeq after %d", readySeq, err, j.ReadySeq)
 	}
 	got := mustGet(t, s, j.ID)
 	if got.Status != domain.StatusCompleted || got.Attempts != 1 || got.Result == nil ||
@@ -287,39 +285,90 @@ func testFinishWithFollowUp(t *testing.T, s ports.JobStore) {
 		got.Result.ContentType != "text/plain" {
 		t.Fatalf("finished job = %+v result %+v", got, got.Result)
 	}
-	if !got.ExpiresAt.After(time.Now().Add(domain.CompletedTTL - time.Minute)) {
-		t.Fatalf("completed expiry %v not reset to ~%v", got.ExpiresAt, domain.CompletedTTL)
+	if got.Phase() != domain.PhaseDeliver || got.ReadyLane != "hooks.test:80" || got.ReadySeq != readySeq ||
+		got.Delivery.Status != domain.DeliveryPending {
+		t.Fatalf("finished job delivery: phase %v lane %q seq %d delivery %+v", got.Phase(), got.ReadyLane, got.ReadySeq, got.Delivery)
 	}
-	w := mustGet(t, s, f.ID)
-	if w.Kind != domain.KindWebhook || w.ParentID != j.ID || w.Status != domain.StatusQueued {
-		t.Fatalf("follow-up = %+v", w)
+	if !got.ExpiresAt.After(time.Now().Add(domain.QueuedTTL - time.Minute)) {
+		t.Fatalf("expiry %v does not leave a day to deliver", got.ExpiresAt)
 	}
-	// Finishing again (a re-dispatch after a crash) must not enqueue a second webhook.
-	f2, fresh, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Status: domain.StatusFailed, Attempts: 5,
-		Result: &domain.Result{Reason: "upstream returned 503", ResponseStatus: 503}, Now: time.Now(), FollowUp: webhookFor(j)})
-	if err != nil || fresh || f2.ID != f.ID {
-		t.Fatalf("second Finish: followUp=%v fresh=%v err=%v; want the existing webhook, not fresh", f2, fresh, err)
+	if r := ready(t, s, "a.test:80"); len(r) != 0 {
+		t.Fatalf("finished job still ready in its upstream lane: %v", r)
+	}
+	if r := ready(t, s, "hooks.test:80"); len(r) != 1 || r[0].ID != j.ID || r[0].Phase() != domain.PhaseDeliver {
+		t.Fatalf("receiver lane = %v, want the job's delivery", r)
+	}
+	// Finishing again (a re-dispatch after a crash) must not enqueue a second delivery.
+	again, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Status: domain.StatusFailed, Attempts: 5, Now: time.Now(), DeliverIn: "hooks.test:80"})
+	if err != nil || again != 0 {
+		t.Fatalf("second Finish = %d, %v; want 0 (no second delivery)", again, err)
+	}
+	if got := mustGet(t, s, j.ID); got.Status != domain.StatusCompleted || got.ReadySeq != readySeq {
+		t.Fatalf("second Finish changed the job: %+v", got)
+	}
+	// A failed delivery attempt that will be retried.
+	if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: j.ID, Seq: j.Seq, Phase: domain.PhaseDeliver, Attempts: 1,
+		Response: 502, Reason: "receiver returned 502", Now: time.Now()}); err != nil {
+		t.Fatalf("Requeue(delivery): %v", err)
+	}
+	if d := mustGet(t, s, j.ID).Delivery; d.Status != domain.DeliveryPending || d.Attempts != 1 || d.ResponseStatus != 502 {
+		t.Fatalf("after a failed delivery attempt: %+v", d)
+	}
+	if err := s.FinishDelivery(ctx(t), &ports.FinishDeliveryParams{ID: j.ID, Seq: j.Seq, Delivered: true, Attempts: 2,
+		Response: 204, Now: time.Now()}); err != nil {
+		t.Fatalf("FinishDelivery: %v", err)
 	}
 	got = mustGet(t, s, j.ID)
-	if got.Status != domain.StatusFailed || got.Result.Reason != "upstream returned 503" {
+	if got.Phase() != domain.PhaseNone || got.ReadyLane != "" || got.Delivery.Status != domain.DeliveryDelivered ||
+		got.Delivery.Attempts != 2 || got.Delivery.ResponseStatus != 204 {
+		t.Fatalf("after delivery: phase %v lane %q delivery %+v", got.Phase(), got.ReadyLane, got.Delivery)
+	}
+	if got.ExpiresAt.After(time.Now().Add(domain.CompletedTTL + time.Minute)) {
+		t.Fatalf("expiry %v not reset to the completed TTL after delivery", got.ExpiresAt)
+	}
+	if r := ready(t, s, "hooks.test:80"); len(r) != 0 {
+		t.Fatalf("delivered job still ready: %v", r)
+	}
+	if err := s.FinishDelivery(ctx(t), &ports.FinishDeliveryParams{ID: j.ID, Delivered: true, Now: time.Now()}); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("second FinishDelivery = %v, want ErrNotFound", err)
+	}
+	if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: j.ID, Phase: domain.PhaseDeliver, Now: time.Now()}); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("Requeue of a finished delivery = %v, want ErrNotFound", err)
+	}
+}
+
+func testFinishWithoutWebhook(t *testing.T, s ports.JobStore) {
+	j := mustInsert(t, s, NewJob("u", "nohook", "a.test:80"))
+	seq, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Status: domain.StatusFailed, Attempts: 5,
+		Result: &domain.Result{Reason: "upstream returned 503", ResponseStatus: 503}, Now: time.Now()})
+	if err != nil || seq != 0 {
+		t.Fatalf("Finish = %d, %v", seq, err)
+	}
+	got := mustGet(t, s, j.ID)
+	if got.Status != domain.StatusFailed || got.Result.Reason != "upstream returned 503" || got.Delivery != nil ||
+		got.ReadyLane != "" || got.Phase() != domain.PhaseNone {
 		t.Fatalf("failed job = %+v %+v", got, got.Result)
+	}
+	if got.ExpiresAt.After(time.Now().Add(domain.FailedTTL + time.Minute)) {
+		t.Fatalf("failed expiry %v, want ~%v", got.ExpiresAt, domain.FailedTTL)
 	}
 }
 
 func testFinishUnknown(t *testing.T, s ports.JobStore) {
 	ghost := NewJob("u", "ghost", "a.test:80")
-	_, _, err := s.Finish(ctx(t), &ports.FinishParams{ID: ghost.ID, Status: domain.StatusCompleted, Now: time.Now(),
-		FollowUp: webhookFor(ghost)})
+	_, err := s.Finish(ctx(t), &ports.FinishParams{ID: ghost.ID, Status: domain.StatusCompleted, Now: time.Now(), DeliverIn: "hooks.test:80"})
 	if !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("Finish(unknown) = %v, want ErrNotFound", err)
 	}
-	c, _ := s.Counts(ctx(t))
-	if c.Total() != 0 {
-		t.Fatalf("Finish(unknown) inserted its follow-up: counts %+v", c)
+	if err := s.FinishDelivery(ctx(t), &ports.FinishDeliveryParams{ID: ghost.ID, Now: time.Now()}); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("FinishDelivery(unknown) = %v, want ErrNotFound", err)
+	}
+	if c, _ := s.Counts(ctx(t)); c.Total() != 0 {
+		t.Fatalf("counts after failed finishes: %+v", c)
 	}
 }
 
-func testListQueued(t *testing.T, s ports.JobStore) {
+func testListReady(t *testing.T, s ports.JobStore) {
 	var lane []*domain.Job
 	for i := range 7 {
 		lane = append(lane, mustInsert(t, s, NewJob("u", fmt.Sprintf("l%d", i), "a.test:80")))
@@ -329,12 +378,12 @@ func testListQueued(t *testing.T, s ports.JobStore) {
 		t.Fatal(err)
 	}
 	flush(t, s)
-	p := &ports.ListQueuedParams{Lane: "a.test:80", Limit: 3, Now: time.Now()}
+	p := &ports.ListReadyParams{Lane: "a.test:80", Limit: 3, Now: time.Now()}
 	var got []domain.JobID
 	for {
-		page, err := s.ListQueued(ctx(t), p)
+		page, err := s.ListReady(ctx(t), p)
 		if err != nil {
-			t.Fatalf("ListQueued: %v", err)
+			t.Fatalf("ListReady: %v", err)
 		}
 		if len(page) == 0 {
 			break
@@ -343,11 +392,11 @@ func testListQueued(t *testing.T, s ports.JobStore) {
 			t.Fatalf("page of %d, limit 3", len(page))
 		}
 		for _, j := range page {
-			if j.Lane != "a.test:80" || j.Status != domain.StatusQueued {
-				t.Fatalf("ListQueued returned %s in lane %s status %s", j.ID, j.Lane, j.Status)
+			if j.ReadyLane != "a.test:80" || j.Status != domain.StatusQueued {
+				t.Fatalf("ListReady returned %s in lane %s status %s", j.ID, j.ReadyLane, j.Status)
 			}
 			got = append(got, j.ID)
-			p.AfterSeq = j.Seq
+			p.AfterSeq = j.ReadySeq
 		}
 	}
 	want := []domain.JobID{lane[0].ID, lane[2].ID, lane[3].ID, lane[4].ID, lane[5].ID, lane[6].ID}
@@ -378,19 +427,24 @@ func testSeqCommitOrder(t *testing.T, s ports.JobStore) {
 	}
 }
 
-func testQueuedLanes(t *testing.T, s ports.JobStore) {
+func testReadyLanes(t *testing.T, s ports.JobStore) {
 	mustInsert(t, s, NewJob("u", "1", "a.test:80"))
 	mustInsert(t, s, NewJob("u", "2", "a.test:80"))
 	b := mustInsert(t, s, NewJob("u", "3", "b.test:80"))
-	if _, _, err := s.Finish(ctx(t), &ports.FinishParams{ID: b.ID, Status: domain.StatusCompleted, Now: time.Now()}); err != nil {
+	c := mustInsert(t, s, NewJob("u", "4", "c.test:80"))
+	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: b.ID, Status: domain.StatusCompleted, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	lanes, err := s.QueuedLanes(ctx(t))
+	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: c.ID, Status: domain.StatusCompleted, Now: time.Now(), DeliverIn: "hooks.test:80"}); err != nil {
+		t.Fatal(err)
+	}
+	lanes, err := s.ReadyLanes(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lanes) != 1 || lanes[0] != "a.test:80" {
-		t.Fatalf("QueuedLanes = %v, want [a.test:80]", lanes)
+	sort.Slice(lanes, func(i, j int) bool { return lanes[i] < lanes[j] })
+	if fmt.Sprint(lanes) != "[a.test:80 hooks.test:80]" {
+		t.Fatalf("ReadyLanes = %v, want [a.test:80 hooks.test:80]", lanes)
 	}
 }
 
@@ -407,9 +461,9 @@ func testRecoverInFlight(t *testing.T, s ports.JobStore) {
 	if err != nil || n != 2 {
 		t.Fatalf("RecoverInFlight = %d, %v; want 2", n, err)
 	}
-	page, err := s.ListQueued(ctx(t), &ports.ListQueuedParams{Lane: "a.test:80", Limit: 10, Now: time.Now()})
-	if err != nil || len(page) != 2 || page[0].ID != a.ID {
-		t.Fatalf("after recovery ListQueued = %v, %v", page, err)
+	page := ready(t, s, "a.test:80")
+	if len(page) != 2 || page[0].ID != a.ID {
+		t.Fatalf("after recovery ListReady = %v", page)
 	}
 }
 
@@ -464,12 +518,16 @@ func testCounts(t *testing.T, s ports.JobStore) {
 	if err := s.MarkInFlight(ctx(t), &ports.MarkInFlightParams{ID: a.ID, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Finish(ctx(t), &ports.FinishParams{ID: c.ID, Status: domain.StatusFailed, Now: time.Now()}); err != nil {
+	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: c.ID, Status: domain.StatusFailed, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	d := mustInsert(t, s, NewJob("u", "4", "a.test:80"))
+	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: d.ID, Status: domain.StatusCompleted, Now: time.Now(), DeliverIn: "hooks.test:80"}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Counts(ctx(t))
-	if err != nil || got.Queued != 1 || got.InFlight != 1 || got.Total() != 2 {
-		t.Fatalf("Counts = %+v, %v; want 1 queued, 1 in flight", got, err)
+	if err != nil || got.Queued != 1 || got.InFlight != 1 || got.Deliveries != 1 || got.Total() != 3 {
+		t.Fatalf("Counts = %+v, %v; want 1 queued, 1 in flight, 1 delivery", got, err)
 	}
 }
 
@@ -479,7 +537,7 @@ func testBinaryRoundTrip(t *testing.T, s ports.JobStore) {
 	j.Headers = nil
 	mustInsert(t, s, j)
 	res := &domain.Result{ResponseStatus: 200, Body: []byte{0xc3, 0x28, 0}}
-	if _, _, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Result: res, Now: time.Now()}); err != nil {
+	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Result: res, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	got := mustGet(t, s, j.ID)

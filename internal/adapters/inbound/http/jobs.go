@@ -194,6 +194,16 @@ type jobJSON struct {
 	BodyTruncated  bool              `json:"body_truncated,omitempty"`
 	ContentType    string            `json:"content_type,omitempty"`
 	Reason         string            `json:"reason,omitempty"`
+	Webhook        *webhookJSON      `json:"webhook,omitempty"`
+}
+
+// webhookJSON reports the delivery of a finished job's result to its
+// webhook_url.
+type webhookJSON struct {
+	Status         string `json:"status"` // pending, delivered or failed
+	Attempts       int    `json:"attempts"`
+	ResponseStatus int    `json:"response_status,omitempty"`
+	Reason         string `json:"reason,omitempty"`
 }
 
 func toJobJSON(j *domain.Job) jobJSON {
@@ -207,6 +217,9 @@ func toJobJSON(j *domain.Job) jobJSON {
 		body, enc := app.EncodeBody(r.Body)
 		out.ResponseStatus, out.Body, out.BodyEncoding = &status, &body, enc
 		out.BodyTruncated, out.ContentType, out.Reason = r.BodyTruncated, r.ContentType, r.Reason
+	}
+	if d := j.Delivery; d != nil {
+		out.Webhook = &webhookJSON{Status: string(d.Status), Attempts: d.Attempts, ResponseStatus: d.ResponseStatus, Reason: d.Reason}
 	}
 	return out
 }

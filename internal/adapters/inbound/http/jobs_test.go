@@ -993,3 +993,32 @@ func TestWebhookDeliveredOncePerJob(t *testing.T) {
 		t.Errorf("receiver got %d requests, want %d", len(hook.requests()), len(jobs))
 	}
 }
+
+// TestGetJobReportsWebhookDelivery checks the "webhook" object: pending while
+// the receiver fails, then failed with the receiver's last answer once the
+// retries are spent; absent for a job without webhook_url.
+func TestGetJobReportsWebhookDelivery(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	target := newUpstream(t, false, fixed(200, "text/plain", "ok"))
+	hook := newUpstream(t, false, fixed(503, "text/plain", "receiver down"))
+	job := jobFor("u", "wh", target.url("/x"))
+	job["webhook_url"] = hook.url("/hook")
+	id := e.submit(t, job)
+	var got map[string]any
+	eventually(t, "webhook delivery to fail", func() bool {
+		_, got, _ = e.getJob(t, id)
+		w, _ := got["webhook"].(map[string]any)
+		return w != nil && w["status"] == "failed"
+	})
+	w := got["webhook"].(map[string]any)
+	if got["status"] != "completed" || w["attempts"] != float64(2) || w["response_status"] != float64(503) ||
+		!strings.Contains(w["reason"].(string), "503") {
+		t.Fatalf("job with a failed webhook = %v", got)
+	}
+	plain := e.submit(t, jobFor("u", "nohook", target.url("/y")))
+	got, _ = e.waitStatus(t, plain, "completed")
+	if _, ok := got["webhook"]; ok {
+		t.Fatalf("job without webhook_url reports a webhook: %v", got)
+	}
+}

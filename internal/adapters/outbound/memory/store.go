@@ -14,10 +14,7 @@ import (
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-type idemKey struct {
-	kind       domain.Kind
-	user, name string
-}
+type idemKey struct{ user, name string }
 
 // Store is an in-memory JobStore, safe for concurrent use.
 type Store struct {
@@ -45,7 +42,7 @@ func New(now func() time.Time) *Store {
 	}
 }
 
-func keyOf(j *domain.Job) idemKey { return idemKey{j.Kind, j.UserID, j.IdempotentKey} }
+func keyOf(j *domain.Job) idemKey { return idemKey{j.UserID, j.IdempotentKey} }
 
 func (s *Store) check() error {
 	if s.closed {
@@ -75,7 +72,7 @@ func (s *Store) insertLocked(job *domain.Job) (*domain.Job, bool) {
 	}
 	s.seq++
 	j := job.Clone()
-	j.Seq = s.seq
+	j.Seq, j.ReadySeq = s.seq, s.seq
 	s.jobs[j.ID] = j
 	s.bySeq[j.Seq] = j.ID
 	s.idem[keyOf(j)] = j.ID
@@ -140,40 +137,75 @@ func (s *Store) Requeue(_ context.Context, p *ports.RequeueParams) error {
 		return err
 	}
 	j, ok := s.jobs[p.ID]
-	if !ok || j.Status.Terminal() {
+	if !ok || j.Phase() != p.Phase {
 		return domain.ErrNotFound
 	}
-	j.Status, j.Attempts, j.UpdatedAt, j.ExpiresAt = domain.StatusQueued, p.Attempts, p.Now, p.Now.Add(domain.QueuedTTL)
+	switch p.Phase {
+	case domain.PhaseDispatch:
+		j.Status, j.Attempts, j.UpdatedAt, j.ExpiresAt = domain.StatusQueued, p.Attempts, p.Now, p.Now.Add(domain.QueuedTTL)
+	case domain.PhaseDeliver:
+		j.Delivery.Attempts, j.Delivery.ResponseStatus, j.Delivery.Reason = p.Attempts, p.Response, p.Reason
+		j.UpdatedAt = p.Now
+	default:
+		return domain.ErrNotFound
+	}
 	return nil
 }
 
 // Finish implements ports.JobStore.
-func (s *Store) Finish(_ context.Context, p *ports.FinishParams) (*domain.Job, bool, error) {
+func (s *Store) Finish(_ context.Context, p *ports.FinishParams) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
-		return nil, false, err
+		return 0, err
 	}
 	j, ok := s.jobs[p.ID]
 	if !ok {
-		return nil, false, domain.ErrNotFound
+		return 0, domain.ErrNotFound
 	}
-	j.Status, j.Attempts, j.UpdatedAt, j.ExpiresAt = p.Status, p.Attempts, p.Now, p.Now.Add(domain.TTL(p.Status))
+	if j.Status.Terminal() {
+		return 0, nil
+	}
+	j.Status, j.Attempts, j.UpdatedAt = p.Status, p.Attempts, p.Now
 	r := domain.Result{}
 	if p.Result != nil {
 		r = *p.Result
 		r.Body = append([]byte(nil), p.Result.Body...)
 	}
 	j.Result = &r
-	if p.FollowUp == nil {
-		return nil, false, nil
+	if p.DeliverIn == "" {
+		j.ReadyLane, j.ExpiresAt = "", p.Now.Add(domain.TTL(p.Status))
+		return 0, nil
 	}
-	f, fresh := s.insertLocked(p.FollowUp)
-	return f.Clone(), fresh, nil
+	s.seq++
+	j.ReadyLane, j.ReadySeq = p.DeliverIn, s.seq
+	j.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
+	j.ExpiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL))
+	return s.seq, nil
 }
 
-// ListQueued implements ports.JobStore.
-func (s *Store) ListQueued(_ context.Context, p *ports.ListQueuedParams) ([]*domain.Job, error) {
+// FinishDelivery implements ports.JobStore.
+func (s *Store) FinishDelivery(_ context.Context, p *ports.FinishDeliveryParams) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	j, ok := s.jobs[p.ID]
+	if !ok || j.Phase() != domain.PhaseDeliver {
+		return domain.ErrNotFound
+	}
+	status := domain.DeliveryDelivered
+	if !p.Delivered {
+		status = domain.DeliveryFailed
+	}
+	j.Delivery = &domain.Delivery{Status: status, Attempts: p.Attempts, ResponseStatus: p.Response, Reason: p.Reason}
+	j.ReadyLane, j.UpdatedAt, j.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
+	return nil
+}
+
+// ListReady implements ports.JobStore.
+func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
@@ -181,11 +213,11 @@ func (s *Store) ListQueued(_ context.Context, p *ports.ListQueuedParams) ([]*dom
 	}
 	var out []*domain.Job
 	for _, j := range s.jobs {
-		if j.Lane == p.Lane && j.Status == domain.StatusQueued && j.Seq > p.AfterSeq && !j.Expired(p.Now) {
+		if j.ReadyLane == p.Lane && j.ReadySeq > p.AfterSeq && j.Status != domain.StatusInFlight && !j.Expired(p.Now) {
 			out = append(out, j)
 		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	sort.Slice(out, func(a, b int) bool { return out[a].ReadySeq < out[b].ReadySeq })
 	if len(out) > p.Limit {
 		out = out[:p.Limit]
 	}
@@ -195,8 +227,8 @@ func (s *Store) ListQueued(_ context.Context, p *ports.ListQueuedParams) ([]*dom
 	return out, nil
 }
 
-// QueuedLanes implements ports.JobStore.
-func (s *Store) QueuedLanes(_ context.Context) ([]domain.LaneKey, error) {
+// ReadyLanes implements ports.JobStore.
+func (s *Store) ReadyLanes(_ context.Context) ([]domain.LaneKey, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
@@ -205,9 +237,9 @@ func (s *Store) QueuedLanes(_ context.Context) ([]domain.LaneKey, error) {
 	seen := map[domain.LaneKey]bool{}
 	var out []domain.LaneKey
 	for _, j := range s.jobs {
-		if j.Status == domain.StatusQueued && !seen[j.Lane] {
-			seen[j.Lane] = true
-			out = append(out, j.Lane)
+		if j.ReadyLane != "" && !seen[j.ReadyLane] {
+			seen[j.ReadyLane] = true
+			out = append(out, j.ReadyLane)
 		}
 	}
 	return out, nil
@@ -244,7 +276,7 @@ func (s *Store) ResetStale(_ context.Context, p *ports.ResetStaleParams) ([]*dom
 			out = append(out, j.Clone())
 		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	sort.Slice(out, func(a, b int) bool { return out[a].ReadySeq < out[b].ReadySeq })
 	return out, nil
 }
 
@@ -281,11 +313,13 @@ func (s *Store) Counts(_ context.Context) (ports.Counts, error) {
 		if j.Expired(now) {
 			continue
 		}
-		switch j.Status {
-		case domain.StatusQueued:
+		switch {
+		case j.Status == domain.StatusQueued:
 			c.Queued++
-		case domain.StatusInFlight:
+		case j.Status == domain.StatusInFlight:
 			c.InFlight++
+		case j.Phase() == domain.PhaseDeliver:
+			c.Deliveries++
 		}
 	}
 	return c, nil

@@ -41,7 +41,7 @@ func BenchmarkInsertParallel(b *testing.B) {
 }
 
 // BenchmarkLifecycle runs the store side of one job with a webhook: insert,
-// finish with the webhook insert, finish the webhook.
+// finish (the delivery becomes due), finish the delivery.
 func BenchmarkLifecycle(b *testing.B) {
 	s, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "a.db")})
 	if err != nil {
@@ -57,16 +57,13 @@ func BenchmarkLifecycle(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			hook := storetest.NewJob("bench", "webhook:"+string(j.ID), "hooks.test:80")
-			hook.Kind = domain.KindWebhook
 			res := &domain.Result{ResponseStatus: 200, Body: []byte(`{"ok":true}`)}
-			w, _, err := s.Finish(b.Context(), &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Attempts: 1,
-				Result: res, Now: time.Now(), FollowUp: hook})
-			if err != nil {
+			if _, err := s.Finish(b.Context(), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusCompleted, Attempts: 1,
+				Result: res, Now: time.Now(), DeliverIn: "hooks.test:80"}); err != nil {
 				b.Fatal(err)
 			}
-			if _, _, err := s.Finish(b.Context(), &ports.FinishParams{ID: w.ID, Status: domain.StatusCompleted, Attempts: 1,
-				Result: &domain.Result{ResponseStatus: 204}, Now: time.Now()}); err != nil {
+			if err := s.FinishDelivery(b.Context(), &ports.FinishDeliveryParams{ID: j.ID, Seq: j.Seq, Delivered: true,
+				Attempts: 1, Response: 204, Now: time.Now()}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -9,9 +9,10 @@ import (
 	"github.com/aquiferhq/aquifer/internal/domain"
 )
 
-const jobColumns = `seq, id, kind, parent_id, user_id, idempotent_key, url, pool_id, method, headers, body,
+const jobColumns = `seq, id, user_id, idempotent_key, url, pool_id, method, headers, body,
 	webhook_url, lane, status, attempts, created_at, updated_at, dispatched_at, expires_at,
-	response_status, response_body, response_truncated, response_content_type, reason`
+	response_status, response_body, response_truncated, response_content_type, reason,
+	ready_lane, ready_seq, delivery_status, delivery_attempts, delivery_response, delivery_reason`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -19,20 +20,23 @@ type scanner interface{ Scan(dest ...any) error }
 // the values are trusted.
 func scanJob(row scanner) (*domain.Job, error) {
 	var (
-		j                                 domain.Job
-		id, kind, parent, lane, status    string
-		headers, ctype, reason            string
-		body, respBody                    []byte
-		created, updated, dispatched, exp int64
-		respStatus, truncated, attempts   int
+		j                                  domain.Job
+		id, lane, status, readyLane        string
+		headers, ctype, reason             string
+		deliveryStatus, deliveryReason     string
+		body, respBody                     []byte
+		created, updated, dispatched, exp  int64
+		respStatus, truncated, attempts    int
+		deliveryAttempts, deliveryResponse int
 	)
-	err := row.Scan(&j.Seq, &id, &kind, &parent, &j.UserID, &j.IdempotentKey, &j.URL, &j.PoolID, &j.Method,
+	err := row.Scan(&j.Seq, &id, &j.UserID, &j.IdempotentKey, &j.URL, &j.PoolID, &j.Method,
 		&headers, &body, &j.WebhookURL, &lane, &status, &attempts, &created, &updated, &dispatched, &exp,
-		&respStatus, &respBody, &truncated, &ctype, &reason)
+		&respStatus, &respBody, &truncated, &ctype, &reason,
+		&readyLane, &j.ReadySeq, &deliveryStatus, &deliveryAttempts, &deliveryResponse, &deliveryReason)
 	if err != nil {
 		return nil, err
 	}
-	j.ID, j.Kind, j.ParentID, j.Lane, j.Status = domain.JobID(id), domain.Kind(kind), domain.JobID(parent), domain.LaneKey(lane), domain.Status(status)
+	j.ID, j.Lane, j.Status, j.ReadyLane = domain.JobID(id), domain.LaneKey(lane), domain.Status(status), domain.LaneKey(readyLane)
 	j.Attempts = attempts
 	if len(body) > 0 {
 		j.Body = body
@@ -49,6 +53,10 @@ func scanJob(row scanner) (*domain.Job, error) {
 	if j.Status.Terminal() {
 		j.Result = &domain.Result{ResponseStatus: respStatus, Body: respBody, BodyTruncated: truncated != 0,
 			ContentType: ctype, Reason: reason}
+	}
+	if deliveryStatus != "" {
+		j.Delivery = &domain.Delivery{Status: domain.DeliveryStatus(deliveryStatus), Attempts: deliveryAttempts,
+			ResponseStatus: deliveryResponse, Reason: deliveryReason}
 	}
 	return &j, nil
 }

@@ -7,6 +7,9 @@
 // N concurrent inserts cost one fsync instead of N, and every caller still
 // returns only after its own row is durable. Reads use a separate pool of
 // read-only connections, which WAL lets run beside the writer.
+//
+// Each job is one row for its whole lifecycle (request, result, webhook
+// delivery); see schema.sql.
 package sqlite
 
 import (
@@ -30,6 +33,9 @@ import (
 
 //go:embed schema.sql
 var schema string
+
+// schemaVersion is the PRAGMA user_version schema.sql sets.
+const schemaVersion = 1
 
 // Sync is the SQLite synchronous level.
 type Sync string
@@ -82,6 +88,10 @@ type Store struct {
 	stmts writeStmts
 	reads readStmts
 
+	// seq is the writer's counter for seq and ready_seq. Only the writer
+	// goroutine touches it.
+	seq int64
+
 	ops       chan *op
 	closeOnce sync.Once
 	closing   chan struct{}
@@ -122,38 +132,65 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
-	if _, err := wdb.ExecContext(ctx, schema); err != nil {
-		wdb.Close()
-		return nil, fmt.Errorf("apply sqlite schema to %s: %w", opts.Path, err)
-	}
-	rdb, err := sql.Open("sqlite", dsn(opts.Path, opts.Sync, true))
-	if err != nil {
-		wdb.Close()
-		return nil, fmt.Errorf("open sqlite %s for reading: %w", opts.Path, err)
-	}
-	rdb.SetMaxOpenConns(opts.ReadConns)
-	rdb.SetMaxIdleConns(opts.ReadConns)
 	s := &Store{
 		opts:    opts,
 		log:     opts.Logger,
 		wdb:     wdb,
-		rdb:     rdb,
 		ops:     make(chan *op, 4*opts.MaxBatch),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	if err := s.stmts.prepare(ctx, wdb); err != nil {
+	if err := s.migrate(ctx); err != nil {
 		wdb.Close()
-		rdb.Close()
 		return nil, err
 	}
-	if err := s.reads.prepare(ctx, rdb); err != nil {
+	if s.rdb, err = sql.Open("sqlite", dsn(opts.Path, opts.Sync, true)); err != nil {
 		wdb.Close()
-		rdb.Close()
+		return nil, fmt.Errorf("open sqlite %s for reading: %w", opts.Path, err)
+	}
+	s.rdb.SetMaxOpenConns(opts.ReadConns)
+	s.rdb.SetMaxIdleConns(opts.ReadConns)
+	err = s.stmts.prepare(ctx, wdb)
+	if err == nil {
+		err = s.reads.prepare(ctx, s.rdb)
+	}
+	if err != nil {
+		wdb.Close()
+		s.rdb.Close()
 		return nil, err
 	}
 	go s.writer()
 	return s, nil
+}
+
+// migrate applies the schema to a new database, checks the version of an
+// existing one, and loads the writer's counter.
+func (s *Store) migrate(ctx context.Context) error {
+	var version int
+	if err := s.wdb.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("read schema version of %s: %w", s.opts.Path, err)
+	}
+	switch version {
+	case 0:
+		var tables int
+		if err := s.wdb.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").Scan(&tables); err != nil {
+			return fmt.Errorf("inspect %s: %w", s.opts.Path, err)
+		}
+		if tables > 0 {
+			return fmt.Errorf("%s holds a jobs table from a pre-release development build; move it away to start fresh", s.opts.Path)
+		}
+		if _, err := s.wdb.ExecContext(ctx, schema); err != nil {
+			return fmt.Errorf("apply sqlite schema to %s: %w", s.opts.Path, err)
+		}
+	case schemaVersion:
+	default:
+		return fmt.Errorf("%s has schema version %d; this aquiferd understands version %d (downgrades are not supported)",
+			s.opts.Path, version, schemaVersion)
+	}
+	if err := s.wdb.QueryRowContext(ctx, "SELECT coalesce(max(max(seq), max(ready_seq)), 0) FROM jobs").Scan(&s.seq); err != nil {
+		return fmt.Errorf("read sequence of %s: %w", s.opts.Path, err)
+	}
+	return nil
 }
 
 func dsn(path string, sync Sync, readOnly bool) string {
@@ -183,9 +220,7 @@ func (s *Store) Close() error {
 		<-s.done
 	})
 	// Closing twice is harmless for database/sql.
-	werr := s.wdb.Close()
-	rerr := s.rdb.Close()
-	return errors.Join(werr, rerr)
+	return errors.Join(s.wdb.Close(), s.rdb.Close())
 }
 
 // submit hands an operation to the writer. When o.done is set it waits for the
@@ -210,15 +245,17 @@ func (s *Store) submit(ctx context.Context, o *op) opResult {
 	return <-o.done
 }
 
+func wait() chan opResult { return make(chan opResult, 1) }
+
 // Insert implements ports.JobStore.
 func (s *Store) Insert(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
-	r := s.submit(ctx, &op{kind: opInsert, job: job, done: make(chan opResult, 1)})
+	r := s.submit(ctx, &op{kind: opInsert, job: job, done: wait()})
 	return r.job, r.fresh, r.err
 }
 
 // Delete implements ports.JobStore.
 func (s *Store) Delete(ctx context.Context, id domain.JobID) error {
-	return s.submit(ctx, &op{kind: opDelete, id: id, done: make(chan opResult, 1)}).err
+	return s.submit(ctx, &op{kind: opDelete, id: id, done: wait()}).err
 }
 
 // MarkInFlight implements ports.JobStore. It does not wait for the commit.
@@ -228,27 +265,33 @@ func (s *Store) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) e
 
 // Requeue implements ports.JobStore.
 func (s *Store) Requeue(ctx context.Context, p *ports.RequeueParams) error {
-	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, seq: p.Seq, attempts: p.Attempts, at: p.Now, done: make(chan opResult, 1)}).err
+	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, seq: p.Seq, at: p.Now, requeue: p, done: wait()}).err
 }
 
 // Finish implements ports.JobStore.
-func (s *Store) Finish(ctx context.Context, p *ports.FinishParams) (*domain.Job, bool, error) {
-	r := s.submit(ctx, &op{kind: opFinish, finish: p, id: p.ID, at: p.Now, done: make(chan opResult, 1)})
-	return r.job, r.fresh, r.err
+func (s *Store) Finish(ctx context.Context, p *ports.FinishParams) (int64, error) {
+	r := s.submit(ctx, &op{kind: opFinish, id: p.ID, seq: p.Seq, at: p.Now, finish: p, done: wait()})
+	return r.n, r.err
+}
+
+// FinishDelivery implements ports.JobStore.
+func (s *Store) FinishDelivery(ctx context.Context, p *ports.FinishDeliveryParams) error {
+	return s.submit(ctx, &op{kind: opFinishDelivery, id: p.ID, seq: p.Seq, at: p.Now, delivery: p, done: wait()}).err
 }
 
 // RecoverInFlight implements ports.JobStore.
 func (s *Store) RecoverInFlight(ctx context.Context) (int, error) {
-	r := s.submit(ctx, &op{kind: opRecover, at: time.Now(), done: make(chan opResult, 1)})
-	return r.n, r.err
+	r := s.submit(ctx, &op{kind: opRecover, at: time.Now(), done: wait()})
+	return int(r.n), r.err
 }
 
-// ResetStale implements ports.JobStore. Candidates are found by a scan on a
-// read connection; the writer then resets each one only if it is still in
-// flight since before the cut-off.
+// ResetStale implements ports.JobStore. Candidates are found on a read
+// connection; the writer then resets each one only if it is still in flight
+// since before the cut-off.
 func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
-	rows, err := s.rdb.QueryContext(ctx,
-		"SELECT "+jobColumns+" FROM jobs WHERE status = 'in_flight' AND dispatched_at < ? ORDER BY seq", ms(p.DispatchedBefore))
+	rows, err := s.rdb.QueryContext(ctx, "SELECT "+jobColumns+
+		" FROM jobs WHERE ready_lane != '' AND status = 'in_flight' AND dispatched_at < ? ORDER BY ready_seq",
+		ms(p.DispatchedBefore))
 	if err != nil {
 		return nil, fmt.Errorf("find stale jobs: %w", err)
 	}
@@ -265,12 +308,12 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 	if len(keep) == 0 {
 		return nil, nil
 	}
-	r := s.submit(ctx, &op{kind: opResetStale, jobs: keep, stale: p, at: p.Now, done: make(chan opResult, 1)})
+	r := s.submit(ctx, &op{kind: opResetStale, jobs: keep, stale: p, at: p.Now, done: wait()})
 	return r.jobs, r.err
 }
 
-// Purge implements ports.JobStore. Expired rows are found by a scan on a
-// read connection and deleted by the writer, which re-checks the expiry.
+// Purge implements ports.JobStore. Expired rows are found by a scan on a read
+// connection and deleted by the writer, which re-checks the expiry.
 func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
 	rows, err := s.rdb.QueryContext(ctx, "SELECT seq FROM jobs WHERE expires_at <= ? LIMIT ?", ms(p.Now), p.Limit)
 	if err != nil {
@@ -292,14 +335,13 @@ func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
 	if len(seqs) == 0 {
 		return 0, nil
 	}
-	r := s.submit(ctx, &op{kind: opPurge, seqs: seqs, at: p.Now, done: make(chan opResult, 1)})
-	return r.n, r.err
+	r := s.submit(ctx, &op{kind: opPurge, seqs: seqs, at: p.Now, done: wait()})
+	return int(r.n), r.err
 }
 
 // Get implements ports.JobStore.
 func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
-	row := s.reads.get.QueryRowContext(ctx, string(id))
-	j, err := scanJob(row)
+	j, err := scanJob(s.reads.get.QueryRowContext(ctx, string(id)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, domain.ErrNotFound
 	}
@@ -312,27 +354,27 @@ func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
 	return j, nil
 }
 
-// ListQueued implements ports.JobStore.
-func (s *Store) ListQueued(ctx context.Context, p *ports.ListQueuedParams) ([]*domain.Job, error) {
-	rows, err := s.reads.listQueued.QueryContext(ctx, string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit)
+// ListReady implements ports.JobStore.
+func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
+	rows, err := s.reads.listReady.QueryContext(ctx, string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("list queued: %w", err)
+		return nil, fmt.Errorf("list ready jobs: %w", err)
 	}
 	return collect(rows)
 }
 
-// QueuedLanes implements ports.JobStore.
-func (s *Store) QueuedLanes(ctx context.Context) ([]domain.LaneKey, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT DISTINCT lane FROM jobs WHERE status = 'queued'")
+// ReadyLanes implements ports.JobStore.
+func (s *Store) ReadyLanes(ctx context.Context) ([]domain.LaneKey, error) {
+	rows, err := s.rdb.QueryContext(ctx, "SELECT DISTINCT ready_lane FROM jobs WHERE ready_lane != ''")
 	if err != nil {
-		return nil, fmt.Errorf("queued lanes: %w", err)
+		return nil, fmt.Errorf("ready lanes: %w", err)
 	}
 	defer rows.Close()
 	var lanes []domain.LaneKey
 	for rows.Next() {
 		var l string
 		if err := rows.Scan(&l); err != nil {
-			return nil, fmt.Errorf("queued lanes: %w", err)
+			return nil, fmt.Errorf("ready lanes: %w", err)
 		}
 		lanes = append(lanes, domain.LaneKey(l))
 	}
@@ -342,10 +384,9 @@ func (s *Store) QueuedLanes(ctx context.Context) ([]domain.LaneKey, error) {
 // Counts implements ports.JobStore.
 func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
 	var c ports.Counts
-	now := ms(time.Now())
 	err := s.rdb.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM jobs WHERE status = 'queued' AND expires_at > ?),
-		(SELECT count(*) FROM jobs WHERE status = 'in_flight' AND expires_at > ?)`, now, now).Scan(&c.Queued, &c.InFlight)
+		coalesce(sum(status = 'queued'), 0), coalesce(sum(status = 'in_flight'), 0), coalesce(sum(delivery_status = 'pending'), 0)
+		FROM jobs WHERE ready_lane != '' AND expires_at > ?`, ms(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
 	if err != nil {
 		return c, fmt.Errorf("count jobs: %w", err)
 	}
@@ -386,7 +427,7 @@ func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
 // readStmts are prepared once; database/sql re-prepares them lazily on each
 // pooled connection, so reads never re-parse SQL.
 type readStmts struct {
-	get, listQueued *sql.Stmt
+	get, listReady *sql.Stmt
 }
 
 func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -394,8 +435,8 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 	if r.get, err = db.PrepareContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id = ?"); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
-	r.listQueued, err = db.PrepareContext(ctx,
-		"SELECT "+jobColumns+" FROM jobs WHERE lane = ? AND status = 'queued' AND seq > ? AND expires_at > ? ORDER BY seq LIMIT ?")
+	r.listReady, err = db.PrepareContext(ctx, "SELECT "+jobColumns+
+		" FROM jobs WHERE ready_lane = ? AND ready_seq > ? AND status != 'in_flight' AND expires_at > ? ORDER BY ready_seq LIMIT ?")
 	if err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,6 +21,7 @@ const (
 	opMarkInFlight
 	opRequeue
 	opFinish
+	opFinishDelivery
 	opRecover
 	opResetStale
 	opPurge
@@ -32,12 +32,13 @@ type op struct {
 	kind     opKind
 	job      *domain.Job
 	id       domain.JobID
+	seq      int64 // the job's row, when the caller knows it
 	at       time.Time
-	attempts int
-	seq      int64
 	seqs     []int64
 	jobs     []*domain.Job
+	requeue  *ports.RequeueParams
 	finish   *ports.FinishParams
+	delivery *ports.FinishDeliveryParams
 	stale    *ports.ResetStaleParams
 	done     chan opResult
 }
@@ -45,17 +46,30 @@ type op struct {
 type opResult struct {
 	job   *domain.Job
 	fresh bool
-	n     int
+	n     int64
 	jobs  []*domain.Job
 	err   error
 }
 
+// Update statements come in two forms: by id (an index lookup), and by seq
+// (the rowid, found directly) with the id re-checked.
+type rowStmt struct{ byID, bySeq *sql.Stmt }
+
+func (r rowStmt) exec(ctx context.Context, tx *sql.Tx, seq int64, id domain.JobID, args ...any) (int64, error) {
+	st := r.byID
+	if seq > 0 {
+		st, args = r.bySeq, append(args, seq)
+	}
+	res, err := tx.StmtContext(ctx, st).ExecContext(ctx, append(args, string(id))...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 type writeStmts struct {
-	insert, selectByKey, deleteBySeq, deleteByID, purge, resetStale *sql.Stmt
-	// Row updates come in two forms: by id (an index lookup), and by seq
-	// (the rowid, found directly) with the id re-checked.
-	markInFlight, requeue, finish          *sql.Stmt
-	markInFlightSeq, requeueSeq, finishSeq *sql.Stmt
+	insert, selectByKey, deleteBySeq, deleteByID, purge, resetStale, statusOf *sql.Stmt
+	markInFlight, requeue, requeueDelivery, finish, finishDelivery            rowStmt
 }
 
 func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -68,53 +82,40 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		st, err = db.PrepareContext(ctx, q)
 		return st
 	}
-	w.insert = p(`INSERT INTO jobs (id, kind, parent_id, user_id, idempotent_key, url, pool_id, method, headers, body,
-		webhook_url, lane, status, attempts, created_at, updated_at, expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (kind, user_id, idempotent_key) DO NOTHING`)
-	w.selectByKey = p("SELECT " + jobColumns + " FROM jobs WHERE kind = ? AND user_id = ? AND idempotent_key = ?")
+	// row prepares "... WHERE <cond> AND id = ?" both with and without a
+	// leading "seq = ?" test.
+	row := func(q string) rowStmt {
+		return rowStmt{byID: p(q + " AND id = ?"), bySeq: p(q + " AND seq = ? AND id = ?")}
+	}
+	w.insert = p(`INSERT INTO jobs (seq, id, user_id, idempotent_key, url, pool_id, method, headers, body,
+		webhook_url, lane, status, attempts, created_at, updated_at, expires_at, ready_lane, ready_seq)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (user_id, idempotent_key) DO NOTHING`)
+	w.selectByKey = p("SELECT " + jobColumns + " FROM jobs WHERE user_id = ? AND idempotent_key = ?")
 	w.deleteBySeq = p("DELETE FROM jobs WHERE seq = ?")
 	w.deleteByID = p("DELETE FROM jobs WHERE id = ?")
-	const (
-		markSQL = `UPDATE jobs SET status = 'in_flight', dispatched_at = ?, updated_at = ?
-		WHERE id = ? AND status IN ('queued', 'in_flight')`
-		requeueSQL = `UPDATE jobs SET status = 'queued', attempts = ?, updated_at = ?, expires_at = ?
-		WHERE id = ? AND status IN ('queued', 'in_flight')`
-		finishSQL = `UPDATE jobs SET status = ?, attempts = ?, updated_at = ?, expires_at = ?, response_status = ?,
-		response_body = ?, response_truncated = ?, response_content_type = ?, reason = ? WHERE id = ?`
-	)
-	w.markInFlight, w.requeue, w.finish = p(markSQL), p(requeueSQL), p(finishSQL)
-	w.markInFlightSeq, w.requeueSeq, w.finishSeq = p(bySeq(markSQL)), p(bySeq(requeueSQL)), p(bySeq(finishSQL))
+	w.statusOf = p("SELECT status FROM jobs WHERE id = ?")
 	w.purge = p("DELETE FROM jobs WHERE seq = ? AND expires_at <= ?")
 	w.resetStale = p(`UPDATE jobs SET status = 'queued', updated_at = ?, expires_at = ?
 		WHERE id = ? AND status = 'in_flight' AND dispatched_at < ?`)
+	w.markInFlight = row(`UPDATE jobs SET status = 'in_flight', dispatched_at = ?, updated_at = ?
+		WHERE status IN ('queued', 'in_flight')`)
+	w.requeue = row(`UPDATE jobs SET status = 'queued', attempts = ?, updated_at = ?, expires_at = ?
+		WHERE status IN ('queued', 'in_flight')`)
+	w.requeueDelivery = row(`UPDATE jobs SET delivery_attempts = ?, delivery_response = ?, delivery_reason = ?, updated_at = ?
+		WHERE delivery_status = 'pending'`)
+	w.finish = row(`UPDATE jobs SET status = ?, attempts = ?, updated_at = ?, expires_at = ?, response_status = ?,
+		response_body = ?, response_truncated = ?, response_content_type = ?, reason = ?,
+		ready_lane = ?, ready_seq = ?, delivery_status = ?
+		WHERE status IN ('queued', 'in_flight')`)
+	w.finishDelivery = row(`UPDATE jobs SET delivery_status = ?, delivery_attempts = ?, delivery_response = ?,
+		delivery_reason = ?, updated_at = ?, ready_lane = '',
+		expires_at = ? + CASE status WHEN 'completed' THEN ? ELSE ? END
+		WHERE delivery_status = 'pending'`)
 	if err != nil {
 		return fmt.Errorf("prepare sqlite statements: %w", err)
 	}
 	return nil
-}
-
-// bySeq turns "... WHERE id = ?" into "... WHERE seq = ? AND id = ?": the
-// caller passes the seq first, then the id, as the last two arguments.
-func bySeq(q string) string {
-	return strings.Replace(q, "WHERE id = ?", "WHERE seq = ? AND id = ?", 1)
-}
-
-// rowArgs appends the arguments that locate a row: (seq, id) when the seq is
-// known, else (id).
-func rowArgs(args []any, seq int64, id domain.JobID) []any {
-	if seq > 0 {
-		return append(args, seq, string(id))
-	}
-	return append(args, string(id))
-}
-
-// pick returns the by-seq form of a statement when the seq is known.
-func pick(byID, bySeq *sql.Stmt, seq int64) *sql.Stmt {
-	if seq > 0 {
-		return bySeq
-	}
-	return byID
 }
 
 // writer is the single goroutine that owns the write connection. Each loop
@@ -128,7 +129,7 @@ func (s *Store) writer() {
 		select {
 		case first = <-s.ops:
 		case <-s.closing:
-			// Drain what was submitted before Close, then stop.
+			// Commit what was submitted before Close, then stop.
 			for {
 				select {
 				case o := <-s.ops:
@@ -166,6 +167,7 @@ func (s *Store) commit(batch []*op) {
 	ctx := context.Background()
 	results := make([]opResult, len(batch))
 	superseded := supersededMarks(batch)
+	seqBefore := s.seq
 	err := func() error {
 		tx, err := s.wdb.BeginTx(ctx, nil)
 		if err != nil {
@@ -190,6 +192,7 @@ func (s *Store) commit(batch []*op) {
 		return nil
 	}()
 	if err != nil {
+		s.seq = seqBefore // nothing of the batch exists
 		s.log.Error("sqlite batch failed", zap.Int("ops", len(batch)), zap.Error(err))
 		err = domain.Unavailable("job store write failed", err)
 	}
@@ -230,6 +233,17 @@ func supersededMarks(batch []*op) map[int]bool {
 	return out
 }
 
+// notFound turns "no row changed" into ErrNotFound for the caller.
+func notFound(n int64, err error) (opResult, error) {
+	if err != nil {
+		return opResult{}, err
+	}
+	if n == 0 {
+		return opResult{err: domain.ErrNotFound}, nil
+	}
+	return opResult{}, nil
+}
+
 // apply runs one op inside tx. Outcomes that belong to the caller (not found)
 // are returned in the result; only SQL failures are returned as error.
 func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *op) (opResult, error) {
@@ -242,40 +256,53 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *op) (opResult, error) 
 		if err != nil {
 			return opResult{}, fmt.Errorf("delete job: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return opResult{err: domain.ErrNotFound}, nil
-		}
-		return opResult{}, nil
+		n, _ := res.RowsAffected()
+		return notFound(n, nil)
 	case opMarkInFlight:
-		_, err := tx.StmtContext(ctx, pick(s.stmts.markInFlight, s.stmts.markInFlightSeq, o.seq)).
-			ExecContext(ctx, rowArgs([]any{ms(o.at), ms(o.at)}, o.seq, o.id)...)
+		_, err := s.stmts.markInFlight.exec(ctx, tx, o.seq, o.id, ms(o.at), ms(o.at))
 		if err != nil {
 			return opResult{}, fmt.Errorf("mark in flight: %w", err)
 		}
 		return opResult{}, nil
 	case opRequeue:
-		res, err := tx.StmtContext(ctx, pick(s.stmts.requeue, s.stmts.requeueSeq, o.seq)).
-			ExecContext(ctx, rowArgs([]any{o.attempts, ms(o.at), ms(o.at.Add(domain.QueuedTTL))}, o.seq, o.id)...)
+		p := o.requeue
+		var n int64
+		var err error
+		switch p.Phase {
+		case domain.PhaseDeliver:
+			n, err = s.stmts.requeueDelivery.exec(ctx, tx, o.seq, o.id, p.Attempts, p.Response, p.Reason, ms(p.Now))
+		case domain.PhaseDispatch:
+			n, err = s.stmts.requeue.exec(ctx, tx, o.seq, o.id, p.Attempts, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)))
+		}
 		if err != nil {
 			return opResult{}, fmt.Errorf("requeue job: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return opResult{err: domain.ErrNotFound}, nil
-		}
-		return opResult{}, nil
+		return notFound(n, nil)
 	case opFinish:
-		return s.finish(ctx, tx, o.finish)
+		return s.applyFinish(ctx, tx, o.finish)
+	case opFinishDelivery:
+		p := o.delivery
+		status := domain.DeliveryDelivered
+		if !p.Delivered {
+			status = domain.DeliveryFailed
+		}
+		n, err := s.stmts.finishDelivery.exec(ctx, tx, o.seq, o.id, string(status), p.Attempts, p.Response, p.Reason,
+			ms(p.Now), ms(p.Now), domain.CompletedTTL.Milliseconds(), domain.FailedTTL.Milliseconds())
+		if err != nil {
+			return opResult{}, fmt.Errorf("finish delivery: %w", err)
+		}
+		return notFound(n, nil)
 	case opRecover:
-		res, err := tx.ExecContext(ctx, "UPDATE jobs SET status = 'queued', updated_at = ? WHERE status = 'in_flight'", ms(o.at))
+		res, err := tx.ExecContext(ctx, "UPDATE jobs SET status = 'queued', updated_at = ? WHERE ready_lane != '' AND status = 'in_flight'", ms(o.at))
 		if err != nil {
 			return opResult{}, fmt.Errorf("recover in-flight jobs: %w", err)
 		}
 		n, _ := res.RowsAffected()
-		return opResult{n: int(n)}, nil
+		return opResult{n: n}, nil
 	case opResetStale:
 		return s.resetStale(ctx, tx, o.jobs, o.stale)
 	case opPurge:
-		n := 0
+		var n int64
 		st := tx.StmtContext(ctx, s.stmts.purge)
 		for _, seq := range o.seqs {
 			res, err := st.ExecContext(ctx, seq, ms(o.at))
@@ -283,7 +310,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *op) (opResult, error) 
 				return opResult{}, fmt.Errorf("purge expired jobs: %w", err)
 			}
 			k, _ := res.RowsAffected()
-			n += int(k)
+			n += k
 		}
 		return opResult{n: n}, nil
 	}
@@ -299,23 +326,21 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 		return nil, false, err
 	}
 	for range 2 {
+		seq := s.seq + 1
 		res, err := tx.StmtContext(ctx, s.stmts.insert).ExecContext(ctx,
-			string(j.ID), string(j.Kind), string(j.ParentID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method,
-			headers, nullBytes(j.Body), j.WebhookURL, string(j.Lane), string(j.Status), j.Attempts,
-			ms(j.CreatedAt), ms(j.UpdatedAt), ms(j.ExpiresAt))
+			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, headers, nullBytes(j.Body),
+			j.WebhookURL, string(j.Lane), string(j.Status), j.Attempts, ms(j.CreatedAt), ms(j.UpdatedAt),
+			ms(j.ExpiresAt), string(j.ReadyLane), seq)
 		if err != nil {
 			return nil, false, fmt.Errorf("insert job: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
-			seq, err := res.LastInsertId()
-			if err != nil {
-				return nil, false, fmt.Errorf("insert job: %w", err)
-			}
+			s.seq = seq
 			stored := *j // shallow: the caller does not mutate a job after handing it over
-			stored.Seq = seq
+			stored.Seq, stored.ReadySeq = seq, seq
 			return &stored, true, nil
 		}
-		existing, err := scanJob(tx.StmtContext(ctx, s.stmts.selectByKey).QueryRowContext(ctx, string(j.Kind), j.UserID, j.IdempotentKey))
+		existing, err := scanJob(tx.StmtContext(ctx, s.stmts.selectByKey).QueryRowContext(ctx, j.UserID, j.IdempotentKey))
 		if err != nil {
 			return nil, false, fmt.Errorf("read existing job: %w", err)
 		}
@@ -329,25 +354,42 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 	return nil, false, errors.New("insert job: conflict persisted after replacing expired row")
 }
 
-func (s *Store) finish(ctx context.Context, tx *sql.Tx, p *ports.FinishParams) (opResult, error) {
+// applyFinish records the terminal status and, for a job with a webhook,
+// makes its delivery due in p.DeliverIn with a fresh ready_seq. A job that is
+// already terminal is left alone (no second delivery).
+func (s *Store) applyFinish(ctx context.Context, tx *sql.Tx, p *ports.FinishParams) (opResult, error) {
 	r := p.Result
 	if r == nil {
 		r = &domain.Result{}
 	}
-	res, err := tx.StmtContext(ctx, pick(s.stmts.finish, s.stmts.finishSeq, p.Seq)).ExecContext(ctx,
-		rowArgs([]any{string(p.Status), p.Attempts, ms(p.Now), ms(p.Now.Add(domain.TTL(p.Status))), r.ResponseStatus,
-			nullBytes(r.Body), boolInt(r.BodyTruncated), r.ContentType, r.Reason}, p.Seq, p.ID)...)
+	var (
+		readySeq  int64
+		delivery  string
+		expiresAt = p.Now.Add(domain.TTL(p.Status))
+	)
+	if p.DeliverIn != "" {
+		readySeq = s.seq + 1
+		delivery = string(domain.DeliveryPending)
+		expiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL)) // time to deliver
+	}
+	n, err := s.stmts.finish.exec(ctx, tx, p.Seq, p.ID,
+		string(p.Status), p.Attempts, ms(p.Now), ms(expiresAt), r.ResponseStatus, nullBytes(r.Body),
+		boolInt(r.BodyTruncated), r.ContentType, r.Reason, string(p.DeliverIn), readySeq, delivery)
 	if err != nil {
 		return opResult{}, fmt.Errorf("finish job: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 1 {
+		s.seq = max(s.seq, readySeq)
+		return opResult{n: readySeq}, nil
+	}
+	var status string
+	switch err := tx.StmtContext(ctx, s.stmts.statusOf).QueryRowContext(ctx, string(p.ID)).Scan(&status); {
+	case errors.Is(err, sql.ErrNoRows):
 		return opResult{err: domain.ErrNotFound}, nil
+	case err != nil:
+		return opResult{}, fmt.Errorf("finish job: %w", err)
 	}
-	if p.FollowUp == nil {
-		return opResult{}, nil
-	}
-	j, fresh, err := s.insert(ctx, tx, p.FollowUp)
-	return opResult{job: j, fresh: fresh}, err
+	return opResult{}, nil // already terminal
 }
 
 func (s *Store) resetStale(ctx context.Context, tx *sql.Tx, candidates []*domain.Job, p *ports.ResetStaleParams) (opResult, error) {
