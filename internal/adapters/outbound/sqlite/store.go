@@ -59,6 +59,10 @@ type Options struct {
 	MaxBatch int
 	// ReadConns is the size of the read pool; default 4.
 	ReadConns int
+	// GatherYields is how many times the writer yields the processor to let
+	// more operations join a group before committing it; default 2, negative
+	// for none.
+	GatherYields int
 	// Logger receives store errors; default no-op.
 	Logger *zap.Logger
 }
@@ -72,6 +76,11 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReadConns <= 0 {
 		o.ReadConns = 4
+	}
+	if o.GatherYields == 0 {
+		o.GatherYields = 2
+	} else if o.GatherYields < 0 {
+		o.GatherYields = 0
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()

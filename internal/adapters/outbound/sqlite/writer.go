@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -146,18 +147,30 @@ func (s *Store) writer() {
 				}
 			}
 		}
-		batch = append(batch[:0], first)
-	gather:
-		for len(batch) < s.opts.MaxBatch {
-			select {
-			case o := <-s.ops:
-				batch = append(batch, o)
-			default:
-				break gather
-			}
-		}
+		batch = s.gather(append(batch[:0], first))
 		s.commit(batch)
 	}
+}
+
+// gather adds every op already waiting to batch. While that finds more, it
+// yields the processor once so goroutines about to submit get to do so: a
+// commit costs about as much CPU as a dozen row writes, so fuller groups are
+// cheaper per op, for the price of microseconds of latency.
+func (s *Store) gather(batch []*op) []*op {
+	for yields := 0; len(batch) < s.opts.MaxBatch; {
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+			continue
+		default:
+		}
+		if yields == s.opts.GatherYields {
+			return batch
+		}
+		yields++
+		runtime.Gosched()
+	}
+	return batch
 }
 
 // commit runs batch in one transaction. An SQL error in any op aborts the whole
