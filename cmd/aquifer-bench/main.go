@@ -55,7 +55,7 @@ func main() {
 	flag.IntVar(&o.jobs, "n", 20000, "jobs per scenario")
 	flag.IntVar(&o.clients, "c", 64, "concurrent clients")
 	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
-	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e", "scenarios: ceiling, ingest, e2e, backlog (comma-separated) or all")
+	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog (comma-separated) or all")
 	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
 	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for a scenario after this long")
