@@ -108,14 +108,7 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	upstream := domain.PoolUpstream(req.PoolID)
-	if req.URL != "" {
-		var ok bool
-		if upstream, ok = domain.UpstreamOf(req.URL); !ok {
-			return nil, domain.Invalid("url", "url must be an absolute http or https URL")
-		}
-	}
-	lane := domain.SharedLane(upstream)
+	lane := domain.SharedLane(req.Upstream())
 	job := domain.NewJob(s.ids.New(), req, lane, s.cfg.Clock.Now())
 	stored, fresh, err := s.cfg.Store.Insert(ctx, job)
 	if err != nil {

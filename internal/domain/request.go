@@ -44,7 +44,12 @@ type JobRequest struct {
 	WebhookURL    string
 
 	AccountQueue AccountQueueMode // from a request header, never from JSON
+
+	upstream UpstreamKey // set by Validate
 }
+
+// Upstream returns the destination's key; valid after Validate succeeded.
+func (r *JobRequest) Upstream() UpstreamKey { return r.upstream }
 
 // hopByHop headers are meaningful only for one connection; Aquifer sets them
 // itself on the outbound request, so a job may not carry them.
@@ -75,13 +80,16 @@ func (r *JobRequest) Validate() error {
 	case r.URL != "" && r.PoolID != "":
 		return Invalid("url", "url and pool_id are mutually exclusive — a job dispatches to one or the other")
 	case r.URL != "":
-		if err := ValidateTargetURL("url", r.URL); err != nil {
+		u, err := parseTargetURL("url", r.URL)
+		if err != nil {
 			return err
 		}
+		r.upstream, _ = upstreamOfURL(u)
 	default:
 		if err := ValidatePoolID("pool_id", r.PoolID); err != nil {
 			return err
 		}
+		r.upstream = PoolUpstream(r.PoolID)
 	}
 	if r.Method == "" {
 		r.Method = http.MethodGet
@@ -104,32 +112,37 @@ func (r *JobRequest) Validate() error {
 // ValidateTargetURL checks that raw is an absolute http or https URL with a
 // host and no embedded credentials.
 func ValidateTargetURL(field, raw string) error {
+	_, err := parseTargetURL(field, raw)
+	return err
+}
+
+func parseTargetURL(field, raw string) (*url.URL, error) {
 	if len(raw) > MaxURLLen {
-		return Invalid(field, "%s is longer than %d bytes", field, MaxURLLen)
+		return nil, Invalid(field, "%s is longer than %d bytes", field, MaxURLLen)
 	}
 	if strings.ContainsAny(raw, " \t\r\n\x00") || !utf8.ValidString(raw) {
-		return Invalid(field, "%s contains whitespace or control characters", field)
+		return nil, Invalid(field, "%s contains whitespace or control characters", field)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Invalid(field, "%s is not a valid URL", field)
+		return nil, Invalid(field, "%s is not a valid URL", field)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "http" && scheme != "https" {
-		return Invalid(field, "%s must be an absolute http or https URL", field)
+		return nil, Invalid(field, "%s must be an absolute http or https URL", field)
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return Invalid(field, "%s must include a host", field)
+		return nil, Invalid(field, "%s must include a host", field)
 	}
 	if u.User != nil {
-		return Invalid(field, "%s must not contain credentials; send them in a header", field)
+		return nil, Invalid(field, "%s must not contain credentials; send them in a header", field)
 	}
 	if p := u.Port(); p != "" {
 		if len(p) > 5 || p == "0" || !allDigits(p) || atoi(p) > 65535 {
-			return Invalid(field, "%s has an invalid port", field)
+			return nil, Invalid(field, "%s has an invalid port", field)
 		}
 	}
-	return nil
+	return u, nil
 }
 
 // ValidatePoolID checks a pool identifier: 1–128 characters from

@@ -336,8 +336,20 @@ func TestJobRequestValidateDoesNotTouchOtherFields(t *testing.T) {
 	if err := r.Validate(); err != nil {
 		t.Fatalf("Validate() = %v", err)
 	}
+	if r.Upstream() != "https://api.example.com:443" {
+		t.Fatalf("Upstream() = %q", r.Upstream())
+	}
+	_ = want.Validate() // sets the same derived upstream on want
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("after Validate got %+v, want %+v", r, want)
+	}
+}
+
+func TestJobRequestUpstream(t *testing.T) {
+	t.Parallel()
+	pool := domain.JobRequest{UserID: "u", IdempotentKey: "k", PoolID: "readers"}
+	if err := pool.Validate(); err != nil || pool.Upstream() != "pool:readers" {
+		t.Fatalf("pool request: %v, upstream %q", err, pool.Upstream())
 	}
 }
 

@@ -56,11 +56,14 @@ func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) {
 		h.writeDomainError(w, r, err)
 		return
 	}
-	status := http.StatusCreated
 	if res.Duplicate {
-		status = http.StatusOK
+		writeJSON(w, http.StatusOK, enqueueJSON{JobID: string(res.JobID), Status: string(res.Status), Duplicate: true})
+		return
 	}
-	writeJSON(w, status, enqueueJSON{JobID: string(res.JobID), Status: string(res.Status), Duplicate: res.Duplicate})
+	// The hot path: ids are hex and statuses plain words, so no encoder is needed.
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"job_id":"`+string(res.JobID)+`","status":"`+string(res.Status)+"\"}\n")
 }
 
 func accountQueueMode(h http.Header) domain.AccountQueueMode {
@@ -135,8 +138,9 @@ func decodeJSON(raw []byte, dst any) string {
 	if trimmed[0] != '{' {
 		return "invalid json: expected a JSON object"
 	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	if err := dec.Decode(dst); err != nil {
+	// json.Unmarshal checks the whole input, so anything after the object
+	// (a second object, a stray '}') is a syntax error too.
+	if err := json.Unmarshal(trimmed, dst); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			if te.Field == "" {
@@ -144,12 +148,11 @@ func decodeJSON(raw []byte, dst any) string {
 			}
 			return fmt.Sprintf("invalid json: %s must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
 		}
+		var se *json.SyntaxError
+		if errors.As(err, &se) && strings.Contains(se.Error(), "after top-level value") {
+			return "invalid json: unexpected data after the JSON object"
+		}
 		return "invalid json: " + strings.TrimPrefix(err.Error(), "json: ")
-	}
-	// trimmed ends with the object unless something follows it. (dec.More is
-	// not enough: it reports false for a trailing '}' or ']'.)
-	if dec.InputOffset() != int64(len(trimmed)) {
-		return "invalid json: unexpected data after the JSON object"
 	}
 	return ""
 }
