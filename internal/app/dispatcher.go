@@ -30,6 +30,7 @@ type dispatcher struct {
 	abortRuns  context.CancelFunc
 	lanesWG    sync.WaitGroup
 	attemptsWG sync.WaitGroup
+	workers    *workers
 
 	execMu    sync.Mutex
 	executing map[domain.JobID]struct{}
@@ -42,6 +43,7 @@ func newDispatcher(cfg Config, broker *Broker) *dispatcher {
 		broker:    broker,
 		lanes:     make(map[domain.LaneKey]*lane),
 		executing: make(map[domain.JobID]struct{}),
+		workers:   newWorkers(30 * time.Second),
 	}
 	d.loopCtx, d.stopLoops = context.WithCancel(context.Background())
 	d.runCtx, d.abortRuns = context.WithCancel(context.Background())
@@ -143,6 +145,7 @@ func (d *dispatcher) stop(ctx context.Context) error {
 		<-done
 	}
 	d.abortRuns()
+	d.workers.stop()
 	return err
 }
 

@@ -49,7 +49,7 @@ func (d *dispatcher) startAttempt(l *lane, j *domain.Job) {
 		d.markExecuting(j.ID, true)
 	}
 	d.attemptsWG.Add(1)
-	go func() {
+	d.workers.run(func() {
 		defer d.attemptsWG.Done()
 		var o *outcome
 		if dispatching {
@@ -62,7 +62,7 @@ func (d *dispatcher) startAttempt(l *lane, j *domain.Job) {
 		case l.done <- o:
 		case <-l.quit: // the lane stopped; its state is gone anyway
 		}
-	}()
+	})
 }
 
 // dispatchAttempt sends j's request once and records what came of it. A
