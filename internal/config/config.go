@@ -100,23 +100,10 @@ var Settings = []Setting{
 			return nil
 		}},
 	{Key: "store.backend", Env: "AQUIFER_STORE_BACKEND", Default: "sqlite", Doc: "Job store backend: sqlite.",
-		apply: func(c *Config, v string) error {
-			c.StoreBackend, v = strings.ToLower(v), strings.ToLower(v)
-			if v != "sqlite" {
-				return fmt.Errorf("unknown backend %q (supported: sqlite)", v)
-			}
-			return nil
-		}},
+		apply: func(c *Config, v string) (err error) { c.StoreBackend, err = oneOf(v, "sqlite"); return }},
 	{Key: "store.sqlite_sync", Env: "AQUIFER_SQLITE_SYNC", Default: "full",
-		Doc: "SQLite durability: full (every accepted job survives power loss) or normal (survives a process crash; the last commits can be lost on power loss; faster).",
-		apply: func(c *Config, v string) error {
-			v = strings.ToLower(v)
-			if v != "full" && v != "normal" {
-				return fmt.Errorf("must be full or normal, got %q", v)
-			}
-			c.SQLiteSync = v
-			return nil
-		}},
+		Doc:   "SQLite durability: full (every accepted job survives power loss) or normal (survives a process crash; the last commits can be lost on power loss; faster).",
+		apply: func(c *Config, v string) (err error) { c.SQLiteSync, err = oneOf(v, "full", "normal"); return }},
 	{Key: "limits.max_body_bytes", Env: "AQUIFER_MAX_BODY_BYTES", Default: "1048576",
 		Doc:   "Largest accepted request body in bytes; larger requests get 413. 0 disables the limit.",
 		apply: func(c *Config, v string) (err error) { c.MaxBodyBytes, err = parseInt64(v, 0); return }},
@@ -133,24 +120,12 @@ var Settings = []Setting{
 		Doc:   "On SIGINT/SIGTERM, how long to wait for running attempts before aborting them (they run again after restart).",
 		apply: func(c *Config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return }},
 	{Key: "log.level", Env: "AQUIFER_LOG_LEVEL", Default: "info", Doc: "Log level: debug, info, warn or error.",
-		apply: func(c *Config, v string) error {
-			v = strings.ToLower(v)
-			switch v {
-			case "debug", "info", "warn", "error":
-				c.LogLevel = v
-				return nil
-			}
-			return fmt.Errorf("must be debug, info, warn or error, got %q", v)
+		apply: func(c *Config, v string) (err error) {
+			c.LogLevel, err = oneOf(v, "debug", "info", "warn", "error")
+			return
 		}},
 	{Key: "log.format", Env: "AQUIFER_LOG_FORMAT", Default: "json", Doc: "Log format: json or console.",
-		apply: func(c *Config, v string) error {
-			v = strings.ToLower(v)
-			if v != "json" && v != "console" {
-				return fmt.Errorf("must be json or console, got %q", v)
-			}
-			c.LogFormat = v
-			return nil
-		}},
+		apply: func(c *Config, v string) (err error) { c.LogFormat, err = oneOf(v, "json", "console"); return }},
 	{Key: "debug_addr", Env: "AQUIFER_DEBUG_ADDR", Default: "",
 		Doc:   "If set (e.g. 127.0.0.1:6060), serve Go's pprof profiling handlers there. Never expose it publicly.",
 		apply: func(c *Config, v string) error { c.DebugAddr = v; return nil }},

@@ -3,9 +3,20 @@ package config
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
+
+// oneOf returns v lower-cased if it is one of allowed.
+func oneOf(v string, allowed ...string) (string, error) {
+	v = strings.ToLower(v)
+	if slices.Contains(allowed, v) {
+		return v, nil
+	}
+	return "", fmt.Errorf("%q is not one of %s", v, strings.Join(allowed, ", "))
+}
 
 func parseInt(v string, lo, hi int) (int, error) {
 	n, err := strconv.Atoi(v)
