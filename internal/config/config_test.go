@@ -253,7 +253,7 @@ func TestLoadEnvErrors(t *testing.T) {
 		{"lane window too large", map[string]string{"AQUIFER_LANE_WINDOW": "1000001"}, "AQUIFER_LANE_WINDOW: 1000001 is out of range [1, 1000000]"},
 		{"log level unknown", map[string]string{"AQUIFER_LOG_LEVEL": "verbose"}, `AQUIFER_LOG_LEVEL: "verbose" is not one of debug, info, warn, error`},
 		{"log level warning spelled out", map[string]string{"AQUIFER_LOG_LEVEL": "warning"}, `AQUIFER_LOG_LEVEL: "warning" is not one of debug, info, warn, error`},
-		{"log format unknown", map[string]string{"AQUIFER_LOG_FORMAT": "xml"}, `AQUIFER_LOG_FORMAT: must be json or console, got "xml"`},
+		{"log format unknown", map[string]string{"AQUIFER_LOG_FORMAT": "xml"}, `AQUIFER_LOG_FORMAT: "xml" is not one of json, console`},
 		{"adapter unknown", map[string]string{"AQUIFER_ADAPTER": "grpc"}, `AQUIFER_ADAPTER: unknown adapter "grpc" (expected http)`},
 		{"adapter unknown in list", map[string]string{"AQUIFER_ADAPTER": "http,mcp"}, `AQUIFER_ADAPTER: unknown adapter "mcp" (expected http)`},
 		{"adapter empty list", map[string]string{"AQUIFER_ADAPTER": " , ,"}, "AQUIFER_ADAPTER: at least one adapter is required"},
@@ -317,7 +317,7 @@ upstreams:
 		`PORT: "abc" is not an integer`,
 		`AQUIFER_SQLITE_SYNC: "off" is not one of full, normal`,
 		`AQUIFER_REQUEST_TIMEOUT: "later" is not a duration`,
-		`YAML key log.format: must be json or console, got "yaml"`,
+		`YAML key log.format: "yaml" is not one of json, console`,
 		`AQUIFER_ADAPTER: unknown adapter "grpc"`,
 		"YAML key upstreams.api.vendor-a.com: rps must be a number >= 0.5, got 0.1",
 	)
