@@ -22,11 +22,12 @@ import (
 
 // leanConn is one keep-alive client connection.
 type leanConn struct {
-	addr string // host:port
-	host string
-	c    net.Conn
-	r    *bufio.Reader
-	w    *bufio.Writer
+	addr  string // host:port
+	host  string
+	extra string // extra request header lines, each ending in \r\n
+	c     net.Conn
+	r     *bufio.Reader
+	w     *bufio.Writer
 }
 
 func newLeanConn(baseURL string) *leanConn {
@@ -74,7 +75,9 @@ func (lc *leanConn) roundTrip(path string, body []byte) (int, []byte, error) {
 	w.WriteString(path)
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(lc.host)
-	w.WriteString("\r\nContent-Type: application/json\r\nContent-Length: ")
+	w.WriteString("\r\n")
+	w.WriteString(lc.extra)
+	w.WriteString("Content-Type: application/json\r\nContent-Length: ")
 	w.WriteString(strconv.Itoa(len(body)))
 	w.WriteString("\r\n\r\n")
 	w.Write(body)

@@ -34,10 +34,11 @@ func (l *load) percentile(p float64) time.Duration {
 	return l.latencies[i]
 }
 
-// submit POSTs n bodies made by body(i) to base+path with the given number
+// submit POSTs n bodies made by body(i) to base/jobs with the given number
 // of concurrent clients (one keep-alive connection each) and records latency
-// and the job ids returned.
-func submit(ctx context.Context, base string, n, clients int, quiet bool, label string, body func(i int) []byte) *load {
+// and the job ids returned. header holds extra request header lines, each
+// ending in "\r\n".
+func submit(ctx context.Context, base, header string, n, clients int, quiet bool, label string, body func(i int) []byte) *load {
 	res := &load{ids: make([]string, n), start: time.Now()}
 	var (
 		next     atomic.Int64
@@ -52,6 +53,7 @@ func submit(ctx context.Context, base string, n, clients int, quiet bool, label 
 		go func() {
 			defer wg.Done()
 			conn := newLeanConn(base)
+			conn.extra = header
 			defer conn.close()
 			lat := make([]time.Duration, 0, n/clients+1)
 			var rejected, errs int

@@ -12,6 +12,10 @@
 //	         target configured for a high rate; every webhook must arrive.
 //	backlog  queue -backlog jobs against a 2 rps upstream and report the
 //	         daemon's peak RSS: the store is the queue, memory is a window.
+//	pacing   configure an upstream at 20, 200 and 2,000 rps, queue about
+//	         -pacing-seconds of work and measure the rate it arrives at.
+//	fairness a noisy tenant floods an upstream while a quiet one sends a few
+//	         spaced jobs; once with account queues on, once off.
 package main
 
 import (
@@ -37,6 +41,10 @@ type options struct {
 	bodyBytes int
 	keep      bool
 	quiet     bool
+
+	pacingSeconds float64
+	flood         int
+	quiet5        int
 }
 
 func main() {
@@ -55,16 +63,19 @@ func main() {
 	flag.IntVar(&o.jobs, "n", 20000, "jobs per scenario")
 	flag.IntVar(&o.clients, "c", 64, "concurrent clients")
 	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
-	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog (comma-separated) or all")
+	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness (comma-separated) or all")
 	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
 	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for a scenario after this long")
 	flag.IntVar(&o.bodyBytes, "body", 64, "bytes of request body per job")
 	flag.BoolVar(&o.keep, "keep", false, "keep the daemon's data directories")
 	flag.BoolVar(&o.quiet, "q", false, "no progress bars")
+	flag.Float64Var(&o.pacingSeconds, "pacing-seconds", 5, "seconds of work queued per rate in the pacing scenario")
+	flag.IntVar(&o.flood, "flood", 5000, "jobs the noisy tenant floods in the fairness scenario")
+	flag.IntVar(&o.quiet5, "quiet-jobs", 5, "jobs the quiet tenant sends in the fairness scenario")
 	flag.Parse()
 	if scen == "all" {
-		scen = "ceiling,ingest,e2e,backlog"
+		scen = "ceiling,ingest,e2e,backlog,pacing,fairness"
 	}
 	for _, s := range strings.Split(scen, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -82,13 +93,21 @@ func main() {
 func run(ctx context.Context, o options) error {
 	fmt.Printf("aquifer-bench: %d jobs, %d clients, store=%s sync=%s, scenarios=%s\n\n",
 		o.jobs, o.clients, o.store, o.sync, strings.Join(o.scenarios, ","))
-	var results []result
+	var (
+		results  []result
+		paced    []pacingResult
+		fairness []fairnessResult
+	)
 	for _, s := range o.scenarios {
 		var (
 			r   []result
 			err error
 		)
 		switch s {
+		case "pacing":
+			paced, err = runPacing(ctx, o)
+		case "fairness":
+			fairness, err = runFairness(ctx, o)
 		case "ceiling":
 			r, err = runCeiling(ctx, o)
 		case "ingest":
@@ -105,6 +124,14 @@ func run(ctx context.Context, o options) error {
 		}
 		results = append(results, r...)
 	}
-	printTable(os.Stdout, results)
+	if len(results) > 0 {
+		printTable(os.Stdout, results)
+	}
+	if len(paced) > 0 {
+		printPacing(os.Stdout, paced)
+	}
+	if len(fairness) > 0 {
+		printFairness(os.Stdout, fairness)
+	}
 	return nil
 }

@@ -139,7 +139,7 @@ func runCeiling(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	cpu0, self0 := d.cpuTime(), selfCPU()
-	l := submit(ctx, d.url, o.jobs, o.clients, o.quiet, "ceiling", bodyMaker(o, "ceiling", "http://127.0.0.1:1/", ""))
+	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, "ceiling", bodyMaker(o, "ceiling", "http://127.0.0.1:1/", ""))
 	return []result{{scenario: "ceiling (trivial Go server)", accepted: l.accepted, failed: l.rejected + l.errors,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
 		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted),
@@ -181,7 +181,7 @@ func runIngest(ctx context.Context, o options) ([]result, error) {
 	}
 	defer d.stop()
 	cpu0, self0 := d.cpuTime(), selfCPU()
-	l := submit(ctx, d.url, o.jobs, o.clients, o.quiet, "ingest", bodyMaker(o, "ingest", target.url()+"/t", ""))
+	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, "ingest", bodyMaker(o, "ingest", target.url()+"/t", ""))
 	return []result{{scenario: "ingest (durable, " + o.sync + " sync)", accepted: l.accepted, failed: l.rejected + l.errors,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
 		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted),
@@ -206,7 +206,7 @@ func runE2E(ctx context.Context, o options) ([]result, error) {
 	}
 	defer d.stop()
 	cpu0, self0 := d.cpuTime(), selfCPU()
-	l := submit(ctx, d.url, o.jobs, o.clients, o.quiet, "e2e submit", bodyMaker(o, "e2e", target.url()+"/t", hooks.url()+"/hook"))
+	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, "e2e submit", bodyMaker(o, "e2e", target.url()+"/t", hooks.url()+"/hook"))
 	stopBar := progress(o.quiet, "e2e webhooks", l.accepted, func() int64 { return int64(hooks.received()) })
 	deadline := time.Now().Add(o.timeout)
 	for hooks.received() < l.accepted && time.Now().Before(deadline) && ctx.Err() == nil {
@@ -241,7 +241,7 @@ func runBacklog(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer d.stop()
-	l := submit(ctx, d.url, o.backlog, o.clients, o.quiet, "backlog", bodyMaker(o, "backlog", target.url()+"/t", ""))
+	l := submit(ctx, d.url, "", o.backlog, o.clients, o.quiet, "backlog", bodyMaker(o, "backlog", target.url()+"/t", ""))
 	time.Sleep(2 * time.Second) // let the lane settle with the backlog queued
 	return []result{{scenario: fmt.Sprintf("backlog (%d queued, 2 rps)", l.accepted), accepted: l.accepted,
 		failed: l.rejected + l.errors, ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99),

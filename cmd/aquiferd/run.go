@@ -93,7 +93,12 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger) (*daemon, e
 		RequestTimeout:   cfg.RequestTimeout,
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		MaxResponseBytes: cfg.MaxResponseBytes,
-		WindowJobs:       cfg.LaneWindow,
+		Admission: app.AdmissionConfig{
+			MemoryLimitMB: cfg.MemoryLimitMB,
+			DBMaxBytes:    cfg.DBMaxBytes,
+			RetryAfter:    cfg.RetryAfter,
+		},
+		WindowJobs: cfg.LaneWindow,
 	})
 	if err != nil {
 		store.Close()
@@ -120,6 +125,9 @@ func (d *daemon) serve(ctx context.Context) error {
 	d.log.Info("aquiferd started", zap.String("version", Version), zap.String("addr", d.ln.Addr().String()),
 		zap.String("db_path", d.cfg.DBPath), zap.String("store", d.cfg.StoreBackend),
 		zap.String("sqlite_sync", d.cfg.SQLiteSync), zap.Strings("adapters", d.cfg.Adapters))
+	if d.cfg.MemoryLimitMB == 0 {
+		d.log.Warn("no memory limit set: under sustained overload memory grows until the OS intervenes; set AQUIFER_MEMORY_LIMIT_MB to shed load with 429s instead")
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- d.srv.Serve(d.ln) }()
 	if d.cfg.DebugAddr != "" {

@@ -154,7 +154,11 @@ func setup(t *testing.T, mutate func(*app.Config)) *bundle {
 			c.CloseIdleConnections()
 		}
 	})
-	return &bundle{svc: svc, store: cfg.Store.(*memory.Store), logs: logs}
+	ms, _ := cfg.Store.(*memory.Store)
+	if w, ok := cfg.Store.(interface{ Unwrap() *memory.Store }); ok {
+		ms = w.Unwrap()
+	}
+	return &bundle{svc: svc, store: ms, logs: logs}
 }
 
 func (b *bundle) enqueue(t *testing.T, req *domain.JobRequest) domain.JobID {

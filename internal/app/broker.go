@@ -67,6 +67,17 @@ func (b *Broker) Publish(ev domain.Event) {
 	}
 }
 
+// SubscribedIDs returns the jobs that have at least one subscriber.
+func (b *Broker) SubscribedIDs() []domain.JobID {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids := make([]domain.JobID, 0, len(b.subs))
+	for id := range b.subs {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // Subscribers returns the number of open subscriptions (for health and tests).
 func (b *Broker) Subscribers() int {
 	b.mu.Lock()

@@ -40,6 +40,13 @@ type Config struct {
 	MaxResponseBytes int64
 	// Retry is the retry policy for 5xx and transport errors.
 	Retry RetryPolicy
+	// MaxDeferrals is how many times a 429 may send work back to wait before
+	// it counts as the answer: the job completes with the 429 (a delivery
+	// fails). Default 10.
+	MaxDeferrals int
+
+	// Admission sets the limits above which new jobs are shed with a 429.
+	Admission AdmissionConfig
 
 	// WindowJobs is how many ready jobs a lane holds in memory; the rest stay
 	// in the store until the lane needs them. Default 256.
@@ -62,6 +69,12 @@ type Config struct {
 	PurgeBatch int
 	// SubscriberBuffer is the per-subscriber event buffer. Default 16.
 	SubscriberBuffer int
+	// PositionInterval is how often queued jobs with subscribers hear their
+	// place in line. Default 2s.
+	PositionInterval time.Duration
+	// LoadRefresh is how often the counts behind the load headers are
+	// refreshed while anybody uses them. Default 1s.
+	LoadRefresh time.Duration
 
 	// Rand returns numbers in [0,1) for jitter; default math/rand/v2.
 	Rand func() float64
@@ -127,6 +140,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.SubscriberBuffer <= 0 {
 		c.SubscriberBuffer = 16
+	}
+	if c.MaxDeferrals <= 0 {
+		c.MaxDeferrals = 10
+	}
+	if c.PositionInterval <= 0 {
+		c.PositionInterval = 2 * time.Second
+	}
+	if c.LoadRefresh <= 0 {
+		c.LoadRefresh = time.Second
 	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -17,9 +18,10 @@ type dispatcher struct {
 	cfg    Config
 	log    *zap.Logger
 	broker *Broker
+	load   *loadGauge
 
 	mu       sync.Mutex
-	lanes    map[domain.LaneKey]*lane
+	lanes    map[domain.UpstreamKey]*lane
 	started  bool
 	stopping bool
 
@@ -33,7 +35,13 @@ type dispatcher struct {
 	workers    *workers
 
 	execMu    sync.Mutex
-	executing map[domain.JobID]struct{}
+	executing map[domain.JobID]execInfo
+}
+
+// execInfo places a running dispatch attempt in its queue.
+type execInfo struct {
+	lane domain.LaneKey
+	seq  int64
 }
 
 func newDispatcher(cfg Config, broker *Broker) *dispatcher {
@@ -41,8 +49,8 @@ func newDispatcher(cfg Config, broker *Broker) *dispatcher {
 		cfg:       cfg,
 		log:       cfg.Logger.Named("dispatch"),
 		broker:    broker,
-		lanes:     make(map[domain.LaneKey]*lane),
-		executing: make(map[domain.JobID]struct{}),
+		lanes:     make(map[domain.UpstreamKey]*lane),
+		executing: make(map[domain.JobID]execInfo),
 		workers:   newWorkers(30 * time.Second),
 	}
 	d.loopCtx, d.stopLoops = context.WithCancel(context.Background())
@@ -50,50 +58,56 @@ func newDispatcher(cfg Config, broker *Broker) *dispatcher {
 	return d
 }
 
-// notify tells the lane that the store may hold new queued jobs for it,
-// creating the lane if needed. rewind makes the lane re-read the store from
-// the start, for jobs put back to queued behind its cursor.
+// notify tells the lane of key's upstream that the store may hold ready
+// work for key it has not read, creating the lane if needed. rewind makes it
+// re-read from the start, for work put back behind its cursor.
 func (d *dispatcher) notify(key domain.LaneKey, rewind bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
-		return // the job is durable; the next start recovers it
+		return // the work is durable; the next start recovers it
 	}
-	l := d.laneLocked(key)
-	if rewind {
-		l.rewind.Store(true)
-	}
-	l.poke()
+	d.laneLocked(key.Upstream()).signal(key, rewind, math.MaxInt64)
 }
 
-// offer hands a just-committed job to its lane, creating the lane if needed.
-// If the lane's buffer is full the job is left for the lane to read from the
-// store.
+// offer hands just-committed work to its lane. If the lane's buffer is full
+// the lane reads it from the store instead.
 func (d *dispatcher) offer(j *domain.Job) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
 		return
 	}
-	l := d.laneLocked(j.ReadyLane)
+	l := d.laneLocked(j.ReadyLane.Upstream())
 	select {
 	case l.offers <- j:
 	default:
-		l.lowerFloor(j.ReadySeq)
-		l.poke()
+		l.signal(j.ReadyLane, false, j.ReadySeq-1)
 	}
 }
 
-func (d *dispatcher) laneLocked(key domain.LaneKey) *lane {
-	l := d.lanes[key]
+func (d *dispatcher) laneLocked(u domain.UpstreamKey) *lane {
+	l := d.lanes[u]
 	if l == nil {
-		l = newLane(d, key)
-		d.lanes[key] = l
+		l = newLane(d, u)
+		d.lanes[u] = l
 		if d.started {
 			d.startLaneLocked(l)
 		}
 	}
 	return l
+}
+
+// flowRate is the current rate of u's lane, or its configured ceiling when
+// it has no lane.
+func (d *dispatcher) flowRate(u domain.UpstreamKey) float64 {
+	d.mu.Lock()
+	l := d.lanes[u]
+	d.mu.Unlock()
+	if l == nil {
+		return d.cfg.Rates.For(u).RPS
+	}
+	return l.flowRate()
 }
 
 func (d *dispatcher) start() {
@@ -155,10 +169,10 @@ func (d *dispatcher) stop(ctx context.Context) error {
 func (d *dispatcher) removeIfIdle(l *lane) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(l.wake) > 0 || len(l.offers) > 0 || d.lanes[l.key] != l {
+	if len(l.wake) > 0 || len(l.offers) > 0 || l.pendingSignals() || d.lanes[l.upstream] != l {
 		return false
 	}
-	delete(d.lanes, l.key)
+	delete(d.lanes, l.upstream)
 	return true
 }
 
@@ -170,11 +184,15 @@ func (d *dispatcher) laneCount() int {
 
 // LaneStats describes one lane for health and tests.
 type LaneStats struct {
-	Key           domain.LaneKey
-	RPS           float64
-	MaxConcurrent int
-	InFlight      int
-	Window        int
+	Upstream             domain.UpstreamKey
+	RPS                  float64 // current pace
+	MaxConcurrent        int
+	CeilingRPS           float64 // configured
+	CeilingMaxConcurrent int
+	InFlight             int
+	Buffered             int // work held in memory (windows and retry waits)
+	Queues               int // the shared queue and tenant queues with work
+	PausedQueues         int // queues waiting out a 429 / rate-limit reset
 }
 
 func (d *dispatcher) laneStats() []LaneStats {
@@ -191,14 +209,27 @@ func (d *dispatcher) laneStats() []LaneStats {
 	return out
 }
 
-func (d *dispatcher) markExecuting(id domain.JobID, on bool) {
+func (d *dispatcher) markExecuting(j *domain.Job, on bool) {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	if on {
-		d.executing[id] = struct{}{}
+		d.executing[j.ID] = execInfo{lane: j.ReadyLane, seq: j.ReadySeq}
 	} else {
-		delete(d.executing, id)
+		delete(d.executing, j.ID)
 	}
+}
+
+// executingAhead counts running dispatch attempts of lane ahead of seq.
+func (d *dispatcher) executingAhead(lane domain.LaneKey, seq int64) int {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	n := 0
+	for _, e := range d.executing {
+		if e.lane == lane && e.seq < seq {
+			n++
+		}
+	}
+	return n
 }
 
 func (d *dispatcher) isExecuting(id domain.JobID) bool {

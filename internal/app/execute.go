@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/pacing"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -25,39 +27,76 @@ type outcomeKind int
 const (
 	outcomeDone      outcomeKind = iota // this piece of work is over (recorded, or the job vanished)
 	outcomeRetry                        // recorded as failed-but-retryable; run again at retryAt
+	outcomeDeferred                     // the destination said "later" (429): its queue waits until retryAt
 	outcomeAbandoned                    // shutdown aborted the attempt; the store still says "ready"
 )
 
 // outcome is what an attempt goroutine reports back to its lane.
 type outcome struct {
-	job     *domain.Job
-	kind    outcomeKind
-	retryAt time.Time
+	job      *domain.Job
+	queue    domain.LaneKey
+	kind     outcomeKind
+	retryAt  time.Time
+	status   int            // HTTP status of the response (0: none)
+	signals  pacing.Signals // pacing signals the response carried
+	observed bool           // a response was obtained and its signals are meaningful
 }
 
 // attemptResult is what one HTTP exchange produced.
 type attemptResult struct {
 	result    *domain.Result
 	retryable bool
+	signals   pacing.Signals
+	observed  bool
 }
 
-// startAttempt runs one attempt of j's next action in its own goroutine and
-// reports the outcome to l.
-func (d *dispatcher) startAttempt(l *lane, j *domain.Job) {
+func (ar attemptResult) status() int { return ar.result.ResponseStatus }
+
+// report copies what the lane needs to know about the response into o.
+func (o *outcome) report(ar attemptResult) *outcome {
+	o.status, o.signals, o.observed = ar.status(), ar.signals, ar.observed
+	return o
+}
+
+// deferral decides whether a 429 defers the work (backpressure, not
+// failure) and until when: the answer's Retry-After, else its rate-limit
+// reset, else the retry backoff for the n-th deferral.
+func (d *dispatcher) deferral(ar attemptResult, deferrals int) (time.Time, bool) {
+	if ar.status() != http.StatusTooManyRequests || deferrals >= d.cfg.MaxDeferrals {
+		return time.Time{}, false
+	}
+	wait := max(ar.signals.RetryAfter, ar.signals.ResetIn)
+	if wait <= 0 {
+		wait = d.cfg.Retry.Delay(deferrals + 1)
+	}
+	return d.cfg.Clock.Now().Add(wait), true
+}
+
+// retryDelay is the wait before the next attempt after attempt n: the retry
+// backoff, or longer if the answer said so (Retry-After on a 503).
+func (d *dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
+	return max(d.cfg.Retry.Delay(n), ar.signals.RetryAfter)
+}
+
+// startAttempt runs one attempt of j's next action on a worker and reports
+// the outcome to l. flowRate is l's pace at the start, sent to the
+// destination in the load headers.
+func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, flowRate float64) {
 	dispatching := j.Phase() == domain.PhaseDispatch
 	if dispatching {
-		d.markExecuting(j.ID, true)
+		d.markExecuting(j, true)
 	}
 	d.attemptsWG.Add(1)
 	d.workers.run(func() {
 		defer d.attemptsWG.Done()
 		var o *outcome
 		if dispatching {
-			o = d.dispatchAttempt(j)
-			d.markExecuting(j.ID, false)
+			o = d.dispatchAttempt(j, flowRate)
+			d.markExecuting(j, false)
 		} else {
-			o = d.deliverAttempt(j)
+			o = d.deliverAttempt(j, flowRate)
 		}
+		o.queue = queue
 		select {
 		case l.done <- o:
 		case <-l.quit: // the lane stopped; its state is gone anyway
@@ -67,7 +106,7 @@ func (d *dispatcher) startAttempt(l *lane, j *domain.Job) {
 
 // dispatchAttempt sends j's request once and records what came of it. A
 // panic anywhere in here fails this job only; the lane keeps going.
-func (d *dispatcher) dispatchAttempt(j *domain.Job) (o *outcome) {
+func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate float64) (o *outcome) {
 	n := j.Attempts + 1
 	defer func() {
 		if p := recover(); p != nil {
@@ -77,37 +116,54 @@ func (d *dispatcher) dispatchAttempt(j *domain.Job) (o *outcome) {
 		}
 	}()
 	stopMark := d.markInFlightLater(j, d.cfg.Clock.Now())
-	if n == 1 {
+	if n == 1 && j.Deferrals == 0 {
 		d.broker.Publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: n})
 	}
-	ar := d.send(func(ctx context.Context) (*http.Request, error) { return buildRequest(ctx, j, j.URL) })
+	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) { return buildRequest(ctx, j, j.URL) })
 	stopMark()
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
 	}
+	if until, ok := d.deferral(ar, j.Deferrals); ok {
+		return d.requeue(j, domain.PhaseDispatch, j.Attempts, j.Deferrals+1, ar, outcomeDeferred, until)
+	}
 	if ar.retryable && n < d.cfg.Retry.Attempts {
-		err := d.cfg.Store.Requeue(context.WithoutCancel(d.runCtx), &ports.RequeueParams{
-			ID: j.ID, Seq: j.Seq, Phase: domain.PhaseDispatch, Attempts: n, Now: d.cfg.Clock.Now()})
-		if errors.Is(err, domain.ErrNotFound) {
-			return &outcome{job: j, kind: outcomeDone} // expired and purged meanwhile
-		}
-		if err != nil {
-			d.log.Warn("recording a retry failed; retrying from memory", zap.String("job_id", string(j.ID)), zap.Error(err))
-		}
-		j.Attempts = n
-		return &outcome{job: j, kind: outcomeRetry, retryAt: d.cfg.Clock.Now().Add(d.cfg.Retry.Delay(n))}
+		return d.requeue(j, domain.PhaseDispatch, n, j.Deferrals, ar, outcomeRetry, d.cfg.Clock.Now().Add(d.retryDelay(n, ar)))
 	}
 	status := domain.StatusCompleted
 	if ar.retryable {
 		status = domain.StatusFailed
 	}
 	d.finish(j, status, n, ar.result)
-	return &outcome{job: j, kind: outcomeDone}
+	return (&outcome{job: j, kind: outcomeDone}).report(ar)
 }
 
-// deliverAttempt POSTs j's result to its webhook_url once. Retries follow
-// the same policy as dispatch: 5xx and transport errors only.
-func (d *dispatcher) deliverAttempt(j *domain.Job) (o *outcome) {
+// requeue records that j's current phase will be tried again at at, and
+// builds the outcome that tells its lane so.
+func (d *dispatcher) requeue(j *domain.Job, phase domain.Phase, attempts, deferrals int, ar attemptResult,
+	kind outcomeKind, at time.Time) *outcome {
+	p := &ports.RequeueParams{ID: j.ID, Seq: j.Seq, Phase: phase, Attempts: attempts, Deferrals: deferrals,
+		Response: ar.status(), Reason: ar.result.Reason, Now: d.cfg.Clock.Now()}
+	err := d.cfg.Store.Requeue(context.WithoutCancel(d.runCtx), p)
+	if errors.Is(err, domain.ErrNotFound) {
+		return (&outcome{job: j, kind: outcomeDone}).report(ar) // expired and purged meanwhile
+	}
+	if err != nil {
+		d.log.Warn("recording a retry failed; retrying from memory", zap.String("job_id", string(j.ID)), zap.Error(err))
+	}
+	j.Deferrals = deferrals
+	if phase == domain.PhaseDeliver {
+		j.Delivery.Attempts, j.Delivery.ResponseStatus, j.Delivery.Reason = attempts, ar.status(), ar.result.Reason
+	} else {
+		j.Attempts = attempts
+	}
+	return (&outcome{job: j, kind: kind, retryAt: at}).report(ar)
+}
+
+// deliverAttempt POSTs j's result to its webhook_url once. Retries and
+// deferrals follow the same rules as dispatch: 5xx and transport errors are
+// retried; a 429 defers.
+func (d *dispatcher) deliverAttempt(j *domain.Job, flowRate float64) (o *outcome) {
 	n := j.Delivery.Attempts + 1
 	log := d.log.With(zap.String("job_id", string(j.ID)))
 	defer func() {
@@ -122,7 +178,7 @@ func (d *dispatcher) deliverAttempt(j *domain.Job) (o *outcome) {
 		d.finishDelivery(j, false, n, &domain.Result{Reason: "encoding payload: " + err.Error()})
 		return &outcome{job: j, kind: outcomeDone}
 	}
-	ar := d.send(func(ctx context.Context) (*http.Request, error) {
+	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.WebhookURL, bytes.NewReader(body))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
@@ -132,56 +188,88 @@ func (d *dispatcher) deliverAttempt(j *domain.Job) (o *outcome) {
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
 	}
+	if until, ok := d.deferral(ar, j.Deferrals); ok {
+		return d.requeue(j, domain.PhaseDeliver, j.Delivery.Attempts, j.Deferrals+1, ar, outcomeDeferred, until)
+	}
+	if ar.status() == http.StatusTooManyRequests { // deferrals spent
+		ar.result.Reason = fmt.Sprintf("receiver answered 429 %d times", j.Deferrals+1)
+		log.Warn("webhook delivery failed", zap.String("reason", ar.result.Reason))
+		d.finishDelivery(j, false, n, ar.result)
+		return (&outcome{job: j, kind: outcomeDone}).report(ar)
+	}
 	if ar.retryable && n < d.cfg.Retry.Attempts {
-		err := d.cfg.Store.Requeue(context.WithoutCancel(d.runCtx), &ports.RequeueParams{
-			ID: j.ID, Seq: j.Seq, Phase: domain.PhaseDeliver, Attempts: n,
-			Response: ar.result.ResponseStatus, Reason: ar.result.Reason, Now: d.cfg.Clock.Now()})
-		if errors.Is(err, domain.ErrNotFound) {
-			return &outcome{job: j, kind: outcomeDone}
-		}
-		if err != nil {
-			log.Warn("recording a webhook retry failed; retrying from memory", zap.Error(err))
-		}
-		j.Delivery.Attempts = n
-		return &outcome{job: j, kind: outcomeRetry, retryAt: d.cfg.Clock.Now().Add(d.cfg.Retry.Delay(n))}
+		return d.requeue(j, domain.PhaseDeliver, n, j.Deferrals, ar, outcomeRetry, d.cfg.Clock.Now().Add(d.retryDelay(n, ar)))
 	}
 	if ar.retryable {
 		log.Warn("webhook delivery failed; retries spent", zap.Int("attempts", n), zap.String("reason", ar.result.Reason))
 	}
 	d.finishDelivery(j, !ar.retryable, n, ar.result)
-	return &outcome{job: j, kind: outcomeDone}
+	return (&outcome{job: j, kind: outcomeDone}).report(ar)
 }
 
 // send performs one HTTP exchange and classifies it: 5xx and transport
-// errors are retryable, any other response is final.
-func (d *dispatcher) send(build func(ctx context.Context) (*http.Request, error)) attemptResult {
+// errors are retryable, any other response is final (a 429 is the caller's
+// to interpret). Every request carries the load headers and asks for ORCA
+// load reports; every response's pacing signals are parsed.
+func (d *dispatcher) send(flowRate float64, build func(ctx context.Context) (*http.Request, error)) attemptResult {
 	ctx, cancel := context.WithTimeout(d.runCtx, d.cfg.RequestTimeout)
 	defer cancel()
 	req, err := build(ctx)
 	if err != nil {
 		return attemptResult{result: &domain.Result{Reason: fmt.Sprintf("building request: %v", err)}, retryable: true}
 	}
+	d.decorate(req, flowRate)
 	resp, err := d.cfg.Doer.Do(req)
 	if err != nil {
 		return attemptResult{result: &domain.Result{Reason: transportReason(err, ctx)}, retryable: true}
 	}
 	defer resp.Body.Close()
+	ar := attemptResult{
+		signals:  pacing.ParseSignals(resp.StatusCode, resp.Header, d.cfg.Clock.Now()),
+		observed: true,
+	}
 	body, truncated, readErr := readLimited(resp.Body, resp.ContentLength, d.cfg.MaxResponseBytes)
-	res := &domain.Result{
+	ar.result = &domain.Result{
 		ResponseStatus: resp.StatusCode,
 		Body:           body,
 		BodyTruncated:  truncated,
 		ContentType:    resp.Header.Get("Content-Type"),
 	}
-	if readErr != nil {
-		res.Reason = "reading response body: " + transportReason(readErr, ctx)
-		return attemptResult{result: res, retryable: true}
+	switch {
+	case readErr != nil:
+		ar.result.Reason = "reading response body: " + transportReason(readErr, ctx)
+		ar.retryable = true
+	case resp.StatusCode >= 500:
+		ar.result.Reason = fmt.Sprintf("upstream returned %d", resp.StatusCode)
+		ar.retryable = true
 	}
-	if resp.StatusCode >= 500 {
-		res.Reason = fmt.Sprintf("upstream returned %d", resp.StatusCode)
-		return attemptResult{result: res, retryable: true}
+	return ar
+}
+
+// Headers Aquifer adds to every outbound request (BEHAVIOR.md §12.1, §13).
+const (
+	hdrORCAFormat = "Endpoint-Load-Metrics-Format"
+	orcaFormat    = "text" // lower case: Triton accepts only this; vLLM compares case-insensitively
+)
+
+var loadHeaders = [...][3]string{
+	{"X-Aqueduct-Total-Jobs", "X-Aqueduct-Queue-Depth", "X-Aqueduct-Flow-Rate"},
+	{"X-Aquifer-Total-Jobs", "X-Aquifer-Queue-Depth", "X-Aquifer-Flow-Rate"},
+}
+
+// decorate adds the load headers (in both namespaces) and the ORCA format
+// request, unless the job set that one itself.
+func (d *dispatcher) decorate(req *http.Request, flowRate float64) {
+	l := d.load.report(flowRate)
+	total, depth, rate := strconv.FormatInt(l.Total, 10), strconv.FormatInt(l.Depth, 10), l.FlowRateText()
+	for _, names := range loadHeaders {
+		req.Header[names[0]] = []string{total}
+		req.Header[names[1]] = []string{depth}
+		req.Header[names[2]] = []string{rate}
 	}
-	return attemptResult{result: res}
+	if req.Header.Get(hdrORCAFormat) == "" {
+		req.Header[hdrORCAFormat] = []string{orcaFormat}
+	}
 }
 
 // buildRequest makes the outbound request for one attempt of j to target.

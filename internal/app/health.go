@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"sort"
 	"time"
 )
 
@@ -29,19 +30,18 @@ type JobCounts struct {
 	Deliveries int64 `json:"webhooks_pending"`
 }
 
-// LaneHealth describes one live lane.
+// LaneHealth describes one live lane: an upstream and its pace.
 type LaneHealth struct {
-	Lane          string  `json:"lane"`
-	RPS           float64 `json:"rps"`
-	MaxConcurrent int     `json:"max_concurrent"`
-	InFlight      int     `json:"in_flight"`
-	Buffered      int     `json:"buffered"`
-}
-
-// AdmissionHealth reports the admission limits and current state.
-type AdmissionHealth struct {
-	Enabled      bool  `json:"enabled"`
-	MaxBodyBytes int64 `json:"max_body_bytes"`
+	Lane                 string  `json:"lane"`
+	RPS                  float64 `json:"rps"`
+	MaxConcurrent        int     `json:"max_concurrent"`
+	CeilingRPS           float64 `json:"ceiling_rps"`
+	CeilingMaxConcurrent int     `json:"ceiling_max_concurrent"`
+	AccountQueues        bool    `json:"account_queues"`
+	Queues               int     `json:"queues"`
+	PausedQueues         int     `json:"paused_queues"`
+	InFlight             int     `json:"in_flight"`
+	Buffered             int     `json:"buffered"`
 }
 
 // Health reports the service state. It never fails: problems show up in the
@@ -64,9 +64,11 @@ func (s *Service) Health(ctx context.Context) *Health {
 		}
 	}
 	for _, l := range s.d.laneStats() {
-		h.Lanes = append(h.Lanes, LaneHealth{Lane: string(l.Key), RPS: l.RPS, MaxConcurrent: l.MaxConcurrent,
-			InFlight: l.InFlight, Buffered: l.Window})
+		h.Lanes = append(h.Lanes, LaneHealth{Lane: string(l.Upstream), RPS: l.RPS, MaxConcurrent: l.MaxConcurrent,
+			CeilingRPS: l.CeilingRPS, CeilingMaxConcurrent: l.CeilingMaxConcurrent, AccountQueues: s.AccountQueues(l.Upstream),
+			Queues: l.Queues, PausedQueues: l.PausedQueues, InFlight: l.InFlight, Buffered: l.Buffered})
 	}
-	h.Admission = &AdmissionHealth{Enabled: s.cfg.MaxBodyBytes > 0, MaxBodyBytes: s.cfg.MaxBodyBytes}
+	sort.Slice(h.Lanes, func(i, j int) bool { return h.Lanes[i].Lane < h.Lanes[j].Lane })
+	h.Admission = s.adm.health(ctx, s.cfg.MaxBodyBytes)
 	return h
 }

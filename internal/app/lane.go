@@ -15,74 +15,81 @@ import (
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// fetchRetry is how long a lane waits before reading the store again after a
+// fetchRetry is how long a queue waits before reading the store again after a
 // failed read.
 const fetchRetry = time.Second
 
-// lane paces the work waiting for one upstream (or one tenant of it): jobs to
-// dispatch there, and results to deliver there when it is a webhook receiver.
-// The store is the queue: the lane keeps only a bounded window of ready work
-// in memory and pages more in commit order (ReadySeq) when the window runs
-// low, so a backlog of millions costs disk, not RAM. Work is identified by
-// ReadySeq, which is unique per readiness: a job can wait in the same lane
-// twice (dispatch, then delivery) under two different ReadySeqs.
+// lane paces everything waiting for one upstream: jobs to dispatch there, and
+// results to deliver there when it is a webhook receiver. It owns the
+// upstream's budget — one limiter, one concurrency gate, one live pace — so
+// the sum of everything sent to the upstream never exceeds it.
 //
-// Fresh jobs are handed over directly (offers) when the lane is caught up;
-// otherwise the lane reads them from the store. Two positions keep that
-// exact: cursor, below which every queued job of the lane is in memory or
-// done, and fetched, the highest Seq any store read returned. Seq is commit
-// order, so an offer at or below fetched was already read, and an offer the
-// lane cannot take lowers cursor so the next read finds it.
+// Work waits in queues, one per store lane: the shared queue, plus one per
+// tenant when account queues are on. The lane serves the queues with work
+// round-robin, so a tenant with five jobs is not stuck behind one with five
+// thousand. A rate-limit answer (429, Retry-After, remaining=0) pauses only
+// the queue it came from, since tenants' credentials have their own limits;
+// load signals (X-Aqueduct-*, ORCA, 503 Retry-After) slow the whole lane.
 //
-// One goroutine (run) owns all lane state except what stats reads under mu.
-// Other goroutines talk to it through channels: wake (the store may hold
-// unread jobs), offers (a job just committed), done (an attempt ended).
+// One goroutine (run) owns all lane state except the stats snapshot. Other
+// goroutines talk to it through channels: wake plus pending signals (the
+// store may hold unread work), offers (a job just committed), done (an
+// attempt ended).
 type lane struct {
-	d       *dispatcher
-	key     domain.LaneKey
-	log     *zap.Logger
-	ceiling domain.Rate
+	d        *dispatcher
+	upstream domain.UpstreamKey
+	log      *zap.Logger
 
-	wake   chan struct{}
-	rewind atomic.Bool
-	floor  atomic.Int64 // lowest Seq-1 of offers that did not fit in offers
-	offers chan *domain.Job
-	done   chan *outcome
-	quit   chan struct{}
+	wake    chan struct{}
+	offers  chan *domain.Job
+	done    chan *outcome
+	fetches chan *fetchResult
+	quit    chan struct{}
+	fetchWG sync.WaitGroup
+
+	sigMu   sync.Mutex
+	signals map[domain.LaneKey]laneSignal // guarded by sigMu; drained by run
+
+	rate atomic.Uint64 // math.Float64bits of the current rate, for readers
 
 	// Owned by run.
+	pace      *pacing.Pace
 	limiter   *pacing.Limiter
 	gate      *pacing.Gate
-	window    []*domain.Job      // ready jobs, FIFO
-	delayed   delayHeap          // jobs waiting out a retry backoff
-	inMem     map[int64]struct{} // ReadySeq of work in the window, delayed or running
-	cursor    int64              // all ready work with ReadySeq <= cursor is in memory or done
-	fetched   int64              // highest ReadySeq a store read returned
-	stale     bool               // the store may hold queued jobs we have not read
-	fetchAt   time.Time
+	queues    map[domain.LaneKey]*queue
+	order     []*queue // round-robin order
+	next      int      // index in order where the next pick starts
 	idleSince time.Time
 
-	mu       sync.Mutex // guards snapshot for stats
+	mu       sync.Mutex // guards snapshot
 	snapshot LaneStats
 }
 
-func newLane(d *dispatcher, key domain.LaneKey) *lane {
-	ceiling := d.cfg.Rates.For(key.Upstream())
+// laneSignal is a pending "read the store" note for one queue.
+type laneSignal struct {
+	rewind bool  // re-read from the start
+	floor  int64 // re-read from here (ReadySeq-1 of work that could not be offered)
+}
+
+func newLane(d *dispatcher, u domain.UpstreamKey) *lane {
+	ceiling := d.cfg.Rates.For(u)
+	pace := pacing.NewPace(pacing.PaceConfig{RPS: ceiling.RPS, MaxConcurrent: ceiling.MaxConcurrent})
 	l := &lane{
-		d:       d,
-		key:     key,
-		log:     d.log.With(zap.String("lane", string(key))),
-		ceiling: ceiling,
-		wake:    make(chan struct{}, 1),
-		offers:  make(chan *domain.Job, offerBuffer),
-		done:    make(chan *outcome, 64),
-		quit:    make(chan struct{}),
-		limiter: pacing.NewLimiter(ceiling.RPS),
-		gate:    pacing.NewGate(ceiling.MaxConcurrent),
-		inMem:   make(map[int64]struct{}),
-		stale:   true,
+		d:        d,
+		upstream: u,
+		log:      d.log.With(zap.String("upstream", string(u))),
+		wake:     make(chan struct{}, 1),
+		offers:   make(chan *domain.Job, offerBuffer),
+		done:     make(chan *outcome, 64),
+		fetches:  make(chan *fetchResult, 4),
+		quit:     make(chan struct{}),
+		signals:  make(map[domain.LaneKey]laneSignal),
+		pace:     pace,
+		limiter:  pacing.NewLimiter(pace.RPS()),
+		gate:     pacing.NewGate(pace.MaxConcurrent()),
+		queues:   make(map[domain.LaneKey]*queue),
 	}
-	l.floor.Store(math.MaxInt64)
+	l.rate.Store(math.Float64bits(pace.RPS()))
 	return l
 }
 
@@ -90,22 +97,28 @@ func newLane(d *dispatcher, key domain.LaneKey) *lane {
 // further ones are left for the lane to read from the store.
 const offerBuffer = 1024
 
-// lowerFloor records that the work with this ReadySeq must be read from the store.
-func (l *lane) lowerFloor(seq int64) {
-	for {
-		cur := l.floor.Load()
-		if seq-1 >= cur || l.floor.CompareAndSwap(cur, seq-1) {
-			return
-		}
+// signal asks the lane to read queue key from the store, from the start
+// (rewind) or from floor on.
+func (l *lane) signal(key domain.LaneKey, rewind bool, floor int64) {
+	l.sigMu.Lock()
+	s, ok := l.signals[key]
+	if !ok {
+		s.floor = math.MaxInt64
 	}
-}
-
-// poke wakes the lane without blocking; one pending wake is enough.
-func (l *lane) poke() {
+	s.rewind = s.rewind || rewind
+	s.floor = min(s.floor, floor)
+	l.signals[key] = s
+	l.sigMu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+func (l *lane) pendingSignals() bool {
+	l.sigMu.Lock()
+	defer l.sigMu.Unlock()
+	return len(l.signals) > 0
 }
 
 func (l *lane) stats() LaneStats {
@@ -114,7 +127,11 @@ func (l *lane) stats() LaneStats {
 	return l.snapshot
 }
 
+// flowRate is the lane's current rate, safe to read from any goroutine.
+func (l *lane) flowRate() float64 { return math.Float64frombits(l.rate.Load()) }
+
 func (l *lane) run(ctx context.Context) {
+	defer l.fetchWG.Wait()
 	defer close(l.quit)
 	clock := l.d.cfg.Clock
 	timer := clock.NewTimer(time.Hour)
@@ -122,14 +139,17 @@ func (l *lane) run(ctx context.Context) {
 	l.idleSince = clock.Now()
 	for {
 		now := clock.Now()
-		l.promoteDue(now)
-		if l.stale && len(l.window) <= l.d.cfg.WindowJobs/2 && !now.Before(l.fetchAt) {
-			l.fetch(ctx, now)
+		for _, q := range l.order {
+			q.promoteDue(now)
+			if q.stale && !q.fetching && len(q.window) <= l.d.cfg.WindowJobs/2 && !now.Before(q.fetchAt) {
+				l.fetch(ctx, q, now)
+			}
 		}
 		wait := l.dispatchReady(now)
-		l.publishStats()
+		l.collectIdleQueues(now)
+		l.publishStats(now)
 
-		if l.idle() {
+		if len(l.queues) == 0 {
 			if l.idleSince.IsZero() {
 				l.idleSince = now
 			}
@@ -141,11 +161,8 @@ func (l *lane) run(ctx context.Context) {
 		} else {
 			l.idleSince = time.Time{}
 		}
-		if !l.delayed.empty() {
-			wait = minPositive(wait, max(l.delayed.next().Sub(now), time.Microsecond))
-		}
-		if l.stale && now.Before(l.fetchAt) {
-			wait = minPositive(wait, l.fetchAt.Sub(now))
+		for _, q := range l.order {
+			wait = minPositive(wait, q.nextWake(now, l.d.cfg.LaneIdleTimeout))
 		}
 		if wait > 0 {
 			timer.Reset(wait)
@@ -157,134 +174,326 @@ func (l *lane) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-l.wake:
-			l.stale = true
-			if l.rewind.Swap(false) {
-				l.cursor = 0
-			}
-			if f := l.floor.Swap(math.MaxInt64); f < l.cursor {
-				l.cursor = f
-			}
+			l.applySignals()
 		case j := <-l.offers:
-			l.accept(j)
+			l.queue(j.ReadyLane).accept(j, l.d.cfg.WindowJobs)
 		case o := <-l.done:
-			l.complete(o)
+			l.complete(o, clock.Now())
+		case f := <-l.fetches:
+			l.fetched(f, clock.Now())
 		case <-timer.C():
 		}
 	}
 }
 
-func (l *lane) idle() bool {
-	return len(l.window) == 0 && l.delayed.empty() && l.gate.Running() == 0 && !l.stale
+// queue returns the queue for key, creating it.
+func (l *lane) queue(key domain.LaneKey) *queue {
+	q := l.queues[key]
+	if q == nil {
+		q = &queue{key: key, inMem: make(map[int64]struct{}), stale: true}
+		l.queues[key] = q
+		l.order = append(l.order, q)
+	}
+	return q
 }
 
-// accept takes a job handed over right after its commit, if the lane is
-// caught up and has room; otherwise it leaves the job for a store read.
-func (l *lane) accept(j *domain.Job) {
-	if j.ReadySeq <= l.fetched {
-		return // a store read already returned it
+func (l *lane) applySignals() {
+	l.sigMu.Lock()
+	pending := l.signals
+	l.signals = make(map[domain.LaneKey]laneSignal)
+	l.sigMu.Unlock()
+	for key, s := range pending {
+		floor := s.floor
+		if s.rewind {
+			floor = 0
+		}
+		l.queue(key).markStale(floor)
 	}
-	if _, dup := l.inMem[j.ReadySeq]; dup {
-		return
-	}
-	if l.stale || len(l.window) >= l.d.cfg.WindowJobs {
-		l.stale = true
-		l.cursor = min(l.cursor, j.ReadySeq-1)
-		return
-	}
-	l.inMem[j.ReadySeq] = struct{}{}
-	l.window = append(l.window, j)
-	l.cursor = max(l.cursor, j.ReadySeq)
 }
 
-// fetch pages queued jobs after the cursor into the window.
-func (l *lane) fetch(ctx context.Context, now time.Time) {
-	limit := l.d.cfg.WindowJobs - len(l.window)
+// fetchResult is a page read from the store for one queue.
+type fetchResult struct {
+	queue domain.LaneKey
+	limit int
+	jobs  []*domain.Job
+	err   error
+}
+
+// fetch starts reading the next page of q's ready work from the store. The
+// read runs on its own goroutine so that dispatch never waits for the disk;
+// its result comes back on l.fetches.
+func (l *lane) fetch(ctx context.Context, q *queue, now time.Time) {
+	limit := l.d.cfg.WindowJobs - len(q.window)
 	if limit <= 0 {
 		return
 	}
-	jobs, err := l.d.cfg.Store.ListReady(ctx, &ports.ListReadyParams{Lane: l.key, AfterSeq: l.cursor, Limit: limit, Now: now})
-	if err != nil {
-		if ctx.Err() == nil {
-			l.log.Warn("reading queued jobs failed; retrying", zap.Error(err))
+	q.fetching, q.refetch, q.pendingFloor = true, false, math.MaxInt64
+	p := &ports.ListReadyParams{Lane: q.key, AfterSeq: q.cursor, Limit: limit, Now: now}
+	l.fetchWG.Add(1)
+	go func() {
+		defer l.fetchWG.Done()
+		jobs, err := l.d.cfg.Store.ListReady(ctx, p)
+		select {
+		case l.fetches <- &fetchResult{queue: p.Lane, limit: limit, jobs: jobs, err: err}:
+		case <-l.quit:
 		}
-		l.fetchAt = now.Add(fetchRetry)
+	}()
+}
+
+// fetched adds a page read from the store to its queue's window.
+func (l *lane) fetched(f *fetchResult, now time.Time) {
+	q := l.queue(f.queue)
+	q.fetching = false
+	if f.err != nil {
+		if l.d.runCtx.Err() == nil {
+			l.log.Warn("reading queued jobs failed; retrying", zap.String("lane", string(q.key)), zap.Error(f.err))
+		}
+		q.fetchAt = now.Add(fetchRetry)
+		q.markStale(q.pendingFloor)
 		return
 	}
-	for _, j := range jobs {
-		l.cursor = max(l.cursor, j.ReadySeq)
-		l.fetched = max(l.fetched, j.ReadySeq)
-		if _, dup := l.inMem[j.ReadySeq]; dup {
+	for _, j := range f.jobs {
+		q.cursor = max(q.cursor, j.ReadySeq)
+		q.fetched = max(q.fetched, j.ReadySeq)
+		if _, dup := q.inMem[j.ReadySeq]; dup {
 			continue
 		}
-		l.inMem[j.ReadySeq] = struct{}{}
-		l.window = append(l.window, j)
+		q.inMem[j.ReadySeq] = struct{}{}
+		q.window = append(q.window, j)
 	}
-	if len(jobs) < limit {
-		l.stale = false
+	q.stale = len(f.jobs) == f.limit
+	if q.refetch {
+		// Work the queue could not take arrived while the read ran.
+		q.markStale(q.pendingFloor)
 	}
 }
 
-// dispatchReady starts as many window jobs as the gate and limiter allow. It
-// returns how long until the limiter allows the next one (0 if not waiting on
-// the limiter).
+// dispatchReady starts as much work as the gate and limiter allow, taking
+// queues in turn. It returns how long until the limiter allows the next start
+// (0 if not waiting on the limiter).
 func (l *lane) dispatchReady(now time.Time) time.Duration {
-	if l.key.Upstream().IsPool() {
-		return 0 // pool jobs wait until pools exist (issue 5); they stay queued
+	if l.upstream.IsPool() {
+		return 0 // pool jobs wait until pools exist; they stay queued
 	}
-	for len(l.window) > 0 && l.gate.Open() {
-		j := l.window[0]
-		if j.Expired(now) {
-			l.popFront()
-			delete(l.inMem, j.ReadySeq)
-			continue
+	for l.gate.Open() {
+		q := l.pick(now)
+		if q == nil {
+			return 0
 		}
 		if wait := l.limiter.Take(now); wait > 0 {
 			return wait + pacing.Jitter(l.limiter.Interval(), l.d.cfg.Rand)
 		}
-		l.popFront()
+		j := q.pop()
 		l.gate.Acquire()
-		l.d.startAttempt(l, j)
+		q.running++
+		l.d.startAttempt(l, q.key, j, l.limiter.Rate())
 	}
 	return 0
 }
 
-func (l *lane) popFront() {
-	l.window[0] = nil
-	l.window = l.window[1:]
-	if len(l.window) == 0 {
-		l.window = nil // let the backing array go
+// pick returns the next queue, round-robin, that has work ready and is not
+// paused; expired work at a queue's head is dropped on the way (the purge
+// deletes its row).
+func (l *lane) pick(now time.Time) *queue {
+	n := len(l.order)
+	for i := range n {
+		q := l.order[(l.next+i)%n]
+		for len(q.window) > 0 && q.window[0].Expired(now) {
+			delete(q.inMem, q.pop().ReadySeq)
+		}
+		if len(q.window) > 0 && !now.Before(q.pausedUntil) {
+			l.next = (l.next + i + 1) % n
+			return q
+		}
 	}
+	return nil
 }
 
-// complete handles the end of an attempt.
-func (l *lane) complete(o *outcome) {
+// complete handles the end of an attempt: the budget slot is freed, the
+// response's signals adjust the pace, and the work either ends or waits in
+// its queue for its next try.
+func (l *lane) complete(o *outcome, now time.Time) {
 	l.gate.Release()
+	q := l.queue(o.queue)
+	q.running--
+	if o.observed {
+		if l.pace.Observe(o.signals) {
+			l.limiter.SetRate(l.pace.RPS())
+			l.gate.SetLimit(l.pace.MaxConcurrent())
+			l.rate.Store(math.Float64bits(l.pace.RPS()))
+			l.log.Debug("pace changed", zap.Float64("rps", l.pace.RPS()), zap.Int("max_concurrent", l.pace.MaxConcurrent()))
+		}
+		if o.signals.ResetIn > 0 {
+			q.pause(now.Add(o.signals.ResetIn))
+		}
+		if o.status == 503 && o.signals.RetryAfter > 0 {
+			l.limiter.Delay(now.Add(o.signals.RetryAfter))
+		}
+	}
 	switch o.kind {
+	case outcomeDeferred:
+		q.pause(o.retryAt) // nothing else from this queue overtakes it
+		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
 	case outcomeRetry:
-		heap.Push(&l.delayed, delayed{job: o.job, due: o.retryAt})
+		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
 	default:
-		delete(l.inMem, o.job.ReadySeq)
+		delete(q.inMem, o.job.ReadySeq)
 	}
 }
 
-// promoteDue moves retries whose backoff has elapsed to the front of the window.
-func (l *lane) promoteDue(now time.Time) {
-	var due []*domain.Job
-	for !l.delayed.empty() && !l.delayed.next().After(now) {
-		due = append(due, heap.Pop(&l.delayed).(delayed).job)
+// collectIdleQueues forgets queues that have had nothing to do for the idle
+// timeout (a tenant that went quiet).
+func (l *lane) collectIdleQueues(now time.Time) {
+	kept := l.order[:0]
+	for _, q := range l.order {
+		if q.idle() {
+			if q.idleSince.IsZero() {
+				q.idleSince = now
+			}
+			if now.Sub(q.idleSince) >= l.d.cfg.LaneIdleTimeout {
+				delete(l.queues, q.key)
+				continue
+			}
+		} else {
+			q.idleSince = time.Time{}
+		}
+		kept = append(kept, q)
 	}
-	if len(due) > 0 {
-		l.window = append(due, l.window...)
+	clear(l.order[len(kept):])
+	l.order = kept
+	if l.next >= len(l.order) {
+		l.next = 0
 	}
 }
 
-func (l *lane) publishStats() {
+func (l *lane) publishStats(now time.Time) {
+	buffered, paused := 0, 0
+	for _, q := range l.order {
+		buffered += len(q.window) + q.delayed.Len()
+		if now.Before(q.pausedUntil) {
+			paused++
+		}
+	}
+	ceilRPS, ceilConc := l.pace.Ceiling()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.snapshot = LaneStats{
-		Key: l.key, RPS: l.limiter.Rate(), MaxConcurrent: l.gate.Limit(),
-		InFlight: l.gate.Running(), Window: len(l.window) + l.delayed.Len(),
+		Upstream: l.upstream, RPS: l.pace.RPS(), MaxConcurrent: l.pace.MaxConcurrent(),
+		CeilingRPS: ceilRPS, CeilingMaxConcurrent: ceilConc,
+		InFlight: l.gate.Running(), Buffered: buffered, Queues: len(l.order), PausedQueues: paused,
 	}
+}
+
+// queue is one store lane's FIFO of ready work inside a lane. The store is
+// the queue: the window holds at most WindowJobs ready items and more are
+// paged in commit order (ReadySeq) as it drains, so a backlog of millions
+// costs disk, not RAM. Work is identified by ReadySeq, which is unique per
+// readiness: a job can wait in the same queue twice (dispatch, then
+// delivery) under two ReadySeqs.
+//
+// Fresh work is handed over directly (offers) when the queue is caught up;
+// otherwise the queue reads it from the store. Two positions keep that exact:
+// cursor, below which all ready work is in memory or done, and fetched, the
+// highest ReadySeq a store read returned. ReadySeq follows commit order, so
+// an offer at or below fetched was already read, and an offer the queue
+// cannot take lowers cursor so the next read finds it.
+type queue struct {
+	key          domain.LaneKey
+	window       []*domain.Job      // ready work, FIFO
+	delayed      delayHeap          // work waiting out a retry backoff or a deferral
+	inMem        map[int64]struct{} // ReadySeq of work in the window, delayed or running
+	cursor       int64
+	fetched      int64
+	stale        bool // the store may hold ready work not read yet
+	fetching     bool // a read is running; what arrives meanwhile is noted in refetch
+	refetch      bool
+	pendingFloor int64
+	fetchAt      time.Time
+	pausedUntil  time.Time // the destination asked this queue to wait
+	running      int
+	idleSince    time.Time
+}
+
+// accept takes work handed over right after its commit, if the queue is
+// caught up and has room; otherwise it leaves the work for a store read.
+func (q *queue) accept(j *domain.Job, window int) {
+	if j.ReadySeq <= q.fetched {
+		return // a store read already returned it
+	}
+	if _, dup := q.inMem[j.ReadySeq]; dup {
+		return
+	}
+	if q.stale || q.fetching || len(q.window) >= window {
+		q.markStale(j.ReadySeq - 1)
+		return
+	}
+	q.inMem[j.ReadySeq] = struct{}{}
+	q.window = append(q.window, j)
+	q.cursor = max(q.cursor, j.ReadySeq)
+}
+
+// markStale notes that the store holds ready work from floor on that the
+// queue has not read. During a read it is remembered and applied when the
+// read's result is in, so the result cannot move the cursor past it.
+func (q *queue) markStale(floor int64) {
+	if q.fetching {
+		q.refetch = true
+		q.pendingFloor = min(q.pendingFloor, floor)
+		return
+	}
+	q.stale = true
+	q.cursor = min(q.cursor, floor)
+}
+
+func (q *queue) pop() *domain.Job {
+	j := q.window[0]
+	q.window[0] = nil
+	q.window = q.window[1:]
+	if len(q.window) == 0 {
+		q.window = nil // let the backing array go
+	}
+	return j
+}
+
+// promoteDue moves work whose wait has elapsed back to the front of the
+// window, oldest first.
+func (q *queue) promoteDue(now time.Time) {
+	var due []*domain.Job
+	for !q.delayed.empty() && !q.delayed.next().After(now) {
+		due = append(due, heap.Pop(&q.delayed).(delayed).job)
+	}
+	if len(due) > 0 {
+		q.window = append(due, q.window...)
+	}
+}
+
+func (q *queue) pause(until time.Time) {
+	if until.After(q.pausedUntil) {
+		q.pausedUntil = until
+	}
+}
+
+func (q *queue) idle() bool {
+	return len(q.window) == 0 && q.delayed.empty() && q.running == 0 && !q.stale && !q.fetching
+}
+
+// nextWake is how long until something in the queue needs the lane's
+// attention without an outside event (0: nothing).
+func (q *queue) nextWake(now time.Time, idleTimeout time.Duration) time.Duration {
+	var w time.Duration
+	if !q.delayed.empty() {
+		w = minPositive(w, max(q.delayed.next().Sub(now), time.Microsecond))
+	}
+	if q.stale && !q.fetching && now.Before(q.fetchAt) {
+		w = minPositive(w, q.fetchAt.Sub(now))
+	}
+	if len(q.window) > 0 && now.Before(q.pausedUntil) {
+		w = minPositive(w, q.pausedUntil.Sub(now))
+	}
+	if q.idle() && !q.idleSince.IsZero() {
+		w = minPositive(w, max(idleTimeout-now.Sub(q.idleSince), time.Millisecond))
+	}
+	return w
 }
 
 func minPositive(a, b time.Duration) time.Duration {

@@ -3,55 +3,66 @@ package app
 import (
 	"context"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// sweeper periodically purges expired jobs (in batches, so no transaction
-// holds the writer long) and puts jobs stuck in flight back into their lanes.
-type sweeper struct {
-	cfg    Config
-	d      *dispatcher
-	log    *zap.Logger
+// maxPositionsPerTick bounds the position events one tick computes (each
+// costs a store read and a count).
+const maxPositionsPerTick = 1000
+
+// background runs the service's periodic work: the purge and stale sweep,
+// the load-count refresh and position events. Every loop stops with stop.
+type background struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func startSweeper(cfg Config, d *dispatcher) *sweeper {
+func (s *Service) startBackground() *background {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &sweeper{cfg: cfg, d: d, log: cfg.Logger.Named("sweep"), cancel: cancel}
-	s.wg.Add(1)
+	b := &background{cancel: cancel}
+	b.every(ctx, s.d, s.cfg.SweepInterval, s.sweep)
+	b.every(ctx, s.d, s.cfg.LoadRefresh, func(ctx context.Context) { s.load.refresh(ctx, false) })
+	b.every(ctx, s.d, s.cfg.PositionInterval, s.publishPositions)
+	return b
+}
+
+func (b *background) every(ctx context.Context, d *dispatcher, interval time.Duration, fn func(context.Context)) {
+	b.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
+		defer b.wg.Done()
 		for {
-			c, stop := d.after(cfg.SweepInterval)
+			c, stop := d.after(interval)
 			select {
 			case <-ctx.Done():
 				stop()
 				return
 			case <-c:
 			}
-			s.runOnce(ctx)
+			fn(ctx)
 		}
 	}()
-	return s
 }
 
-func (s *sweeper) stop() {
-	s.cancel()
-	s.wg.Wait()
+func (b *background) stop() {
+	b.cancel()
+	b.wg.Wait()
 }
 
-// runOnce does one purge and one stale reset.
-func (s *sweeper) runOnce(ctx context.Context) {
+// sweep purges expired jobs in batches (so no transaction holds the writer
+// long) and puts jobs stuck in flight back into their lanes.
+func (s *Service) sweep(ctx context.Context) {
+	log := s.log.Named("sweep")
 	now := s.cfg.Clock.Now()
 	purged := 0
 	for ctx.Err() == nil {
 		n, err := s.cfg.Store.Purge(ctx, &ports.PurgeParams{Now: now, Limit: s.cfg.PurgeBatch})
 		if err != nil {
-			s.log.Warn("purging expired jobs failed", zap.Error(err))
+			log.Warn("purging expired jobs failed", zap.Error(err))
 			break
 		}
 		purged += n
@@ -60,7 +71,7 @@ func (s *sweeper) runOnce(ctx context.Context) {
 		}
 	}
 	if purged > 0 {
-		s.log.Info("purged expired jobs", zap.Int("count", purged))
+		log.Info("purged expired jobs", zap.Int("count", purged))
 	}
 	reset, err := s.cfg.Store.ResetStale(ctx, &ports.ResetStaleParams{
 		DispatchedBefore: now.Add(-s.cfg.StaleAfter),
@@ -68,11 +79,32 @@ func (s *sweeper) runOnce(ctx context.Context) {
 		Now:              now,
 	})
 	if err != nil {
-		s.log.Warn("resetting stale in-flight jobs failed", zap.Error(err))
+		log.Warn("resetting stale in-flight jobs failed", zap.Error(err))
 		return
 	}
 	for _, j := range reset {
-		s.log.Warn("job was in flight too long; requeued", zap.String("job_id", string(j.ID)))
+		log.Warn("job was in flight too long; requeued", zap.String("job_id", string(j.ID)))
 		s.d.notify(j.ReadyLane, true)
+	}
+}
+
+// publishPositions tells each subscribed, still-queued job its place in
+// its queue.
+func (s *Service) publishPositions(ctx context.Context) {
+	ids := s.broker.SubscribedIDs()
+	if len(ids) > maxPositionsPerTick {
+		ids = ids[:maxPositionsPerTick]
+	}
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return
+		}
+		j, err := s.cfg.Store.Get(ctx, id)
+		if err != nil || j.Status != domain.StatusQueued || s.d.isExecuting(id) {
+			continue
+		}
+		if pos, err := s.Position(ctx, j); err == nil {
+			s.broker.Publish(domain.Event{Type: domain.EventPosition, JobID: id, Position: pos})
+		}
 	}
 }

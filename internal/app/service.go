@@ -19,11 +19,17 @@ type Service struct {
 	ids    *domain.IDGenerator
 	broker *Broker
 	d      *dispatcher
+	load   *loadGauge
+	adm    *admission
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	sweep   *sweeper
+	// modes holds each upstream's account-queue mode (true: one queue per
+	// tenant). It lives as long as the process, not the lane.
+	modes sync.Map // domain.UpstreamKey → bool
+
+	mu         sync.Mutex
+	started    bool
+	stopped    bool
+	background *background
 }
 
 // New builds a Service. It does not start dispatching; call Start.
@@ -39,6 +45,9 @@ func New(cfg Config) (*Service, error) {
 		broker: NewBroker(cfg.SubscriberBuffer),
 	}
 	s.d = newDispatcher(cfg, s.broker)
+	s.load = newLoadGauge(cfg.Store, s.d, s.log)
+	s.d.load = s.load
+	s.adm = newAdmission(cfg.Admission, cfg.Store, cfg.Clock)
 	return s, nil
 }
 
@@ -69,8 +78,9 @@ func (s *Service) Start(ctx context.Context) error {
 		s.d.notify(l, false)
 	}
 	s.log.Info("recovered queued work", zap.Int("in_flight_requeued", n), zap.Int("lanes", len(lanes)))
+	s.load.refresh(ctx, true)
 	s.d.start()
-	s.sweep = startSweeper(s.cfg, s.d)
+	s.background = s.startBackground()
 	s.started = true
 	return nil
 }
@@ -86,10 +96,10 @@ func (s *Service) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.stopped = true
-	sweep := s.sweep
+	bg := s.background
 	s.mu.Unlock()
-	if sweep != nil {
-		sweep.stop()
+	if bg != nil {
+		bg.stop()
 	}
 	return s.d.stop(ctx)
 }
@@ -99,30 +109,78 @@ type EnqueueResult struct {
 	JobID     domain.JobID
 	Status    domain.Status
 	Duplicate bool
+	Load      Load // the backlog and the target's pace, for the caller's autoscaling
 }
 
 // Enqueue validates req and stores it durably as a queued job, unless the
 // caller already submitted the same (user_id, idempotent_key): then it returns
 // that job with Duplicate set. It returns only once the job is durable.
+//
+// req.AccountQueue, when set, switches the upstream's account-queue mode
+// first (for every later job to it, from any caller). Admission control runs
+// before anything is written: a rejected job leaves nothing behind and gets a
+// *domain.RejectedError — except a duplicate of an accepted job, which is
+// answered as a duplicate even under pressure.
 func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*EnqueueResult, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	lane := domain.SharedLane(req.Upstream())
+	upstream := req.Upstream()
+	switch req.AccountQueue {
+	case domain.AccountQueueEnabled:
+		s.modes.Store(upstream, true)
+	case domain.AccountQueueDisabled:
+		s.modes.Store(upstream, false)
+	}
+	lane := domain.SharedLane(upstream)
+	if on, _ := s.modes.Load(upstream); on == true {
+		lane = domain.TenantLane(upstream, domain.TenantOf(req.UserID, req.Headers))
+	}
+	if rej := s.adm.check(ctx); rej != nil {
+		existing, err := s.cfg.Store.Lookup(ctx, req.UserID, req.IdempotentKey)
+		if err == nil {
+			return s.result(existing, true), nil
+		}
+		if !errors.Is(err, domain.ErrNotFound) {
+			return nil, storeErr("look up job", err)
+		}
+		return nil, s.adm.reject(rej)
+	}
 	job := domain.NewJob(s.ids.New(), req, lane, s.cfg.Clock.Now())
 	stored, fresh, err := s.cfg.Store.Insert(ctx, job)
 	if err != nil {
 		return nil, storeErr("store job", err)
 	}
 	if !fresh {
-		status := stored.Status
-		if status == domain.StatusQueued && s.d.isExecuting(stored.ID) {
-			status = domain.StatusInFlight // as Get reports it; see dispatcher.markInFlightLater
-		}
-		return &EnqueueResult{JobID: stored.ID, Status: status, Duplicate: true}, nil
+		return s.result(stored, true), nil
 	}
+	s.adm.admitted()
 	s.d.offer(stored)
-	return &EnqueueResult{JobID: stored.ID, Status: stored.Status}, nil
+	return s.result(stored, false), nil
+}
+
+func (s *Service) result(j *domain.Job, duplicate bool) *EnqueueResult {
+	status := j.Status
+	if status == domain.StatusQueued && s.d.isExecuting(j.ID) {
+		status = domain.StatusInFlight
+	}
+	return &EnqueueResult{JobID: j.ID, Status: status, Duplicate: duplicate,
+		Load: s.load.report(s.d.flowRate(j.Lane.Upstream()))}
+}
+
+// AccountQueues reports whether upstream is in account-queue mode.
+func (s *Service) AccountQueues(upstream domain.UpstreamKey) bool {
+	on, _ := s.modes.Load(upstream)
+	return on == true
+}
+
+// Position returns j's 1-based place among the work waiting in its queue.
+func (s *Service) Position(ctx context.Context, j *domain.Job) (int, error) {
+	n, err := s.cfg.Store.Position(ctx, j.ReadyLane, j.ReadySeq)
+	if err != nil {
+		return 0, storeErr("job position", err)
+	}
+	return max(n-s.d.executingAhead(j.ReadyLane, j.ReadySeq), 0) + 1, nil
 }
 
 // Get returns a job, or domain.ErrNotFound.

@@ -49,6 +49,12 @@ type Config struct {
 	SQLiteSync string
 	// MaxBodyBytes limits request bodies (413 above it); 0 disables.
 	MaxBodyBytes int64
+	// MemoryLimitMB sheds new jobs while the live heap exceeds it; 0 disables.
+	MemoryLimitMB int64
+	// DBMaxBytes sheds new jobs while the store is larger; 0 disables.
+	DBMaxBytes int64
+	// RetryAfter is the Retry-After of the first admission rejection in a row.
+	RetryAfter time.Duration
 	// RequestTimeout bounds one outbound attempt.
 	RequestTimeout time.Duration
 	// MaxResponseBytes is how much of a response body is kept as the result.
@@ -107,6 +113,19 @@ var Settings = []Setting{
 	{Key: "limits.max_body_bytes", Env: "AQUIFER_MAX_BODY_BYTES", Default: "1048576",
 		Doc:   "Largest accepted request body in bytes; larger requests get 413. 0 disables the limit.",
 		apply: func(c *Config, v string) (err error) { c.MaxBodyBytes, err = parseInt64(v, 0); return }},
+	{Key: "limits.memory_limit_mb", Env: "AQUIFER_MEMORY_LIMIT_MB", Default: "0",
+		Doc:   "Shed new jobs with 429 while the live Go heap is above this many MiB. 0 disables the check.",
+		apply: func(c *Config, v string) (err error) { c.MemoryLimitMB, err = parseInt64(v, 0); return }},
+	{Key: "limits.db_max_bytes", Env: "AQUIFER_DB_MAX_BYTES", Default: "838860800",
+		Doc:   "Shed new jobs with 429 while the job store uses more than this many bytes. 0 disables the check.",
+		apply: func(c *Config, v string) (err error) { c.DBMaxBytes, err = parseInt64(v, 0); return }},
+	{Key: "limits.retry_after_seconds", Env: "AQUIFER_RETRY_AFTER_SECONDS", Default: "5",
+		Doc: "Retry-After (seconds) of the first admission 429 in a row; it doubles with each further one, up to 60.",
+		apply: func(c *Config, v string) error {
+			n, err := parseInt(v, 1, 3600)
+			c.RetryAfter = time.Duration(n) * time.Second
+			return err
+		}},
 	{Key: "dispatch.request_timeout", Env: "AQUIFER_REQUEST_TIMEOUT", Default: "30s",
 		Doc:   "Time limit for one outbound attempt, response body included.",
 		apply: func(c *Config, v string) (err error) { c.RequestTimeout, err = parseDuration(v); return }},

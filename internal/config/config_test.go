@@ -85,6 +85,8 @@ func TestLoadDefaults(t *testing.T) {
 				StoreBackend:     "sqlite",
 				SQLiteSync:       "full",
 				MaxBodyBytes:     1048576,
+				DBMaxBytes:       838860800,
+				RetryAfter:       5 * time.Second,
 				RequestTimeout:   30 * time.Second,
 				MaxResponseBytes: 1048576,
 				ShutdownTimeout:  30 * time.Second,

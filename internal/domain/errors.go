@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code classifies an error so that every inbound adapter can map it onto its
@@ -59,11 +60,21 @@ func Unavailable(msg string, err error) *Error {
 	return &Error{Code: CodeUnavailable, Message: msg, Err: err}
 }
 
+// coded is implemented by every domain error type.
+type coded interface {
+	error
+	code() Code
+	public() string
+}
+
+func (e *Error) code() Code     { return e.Code }
+func (e *Error) public() string { return e.Message }
+
 // CodeOf returns the Code of err, or CodeInternal for errors that carry none.
 func CodeOf(err error) Code {
-	var de *Error
-	if errors.As(err, &de) {
-		return de.Code
+	var c coded
+	if errors.As(err, &c) {
+		return c.code()
 	}
 	return CodeInternal
 }
@@ -72,9 +83,31 @@ func CodeOf(err error) Code {
 // message for domain errors, a generic one for anything else (internal details
 // stay in the logs).
 func PublicMessage(err error) string {
-	var de *Error
-	if errors.As(err, &de) {
-		return de.Message
+	var c coded
+	if errors.As(err, &c) {
+		return c.public()
 	}
 	return "internal error"
 }
+
+// Admission limits (BEHAVIOR.md §16).
+const (
+	LimitMemory = "memory"  // process memory, in MiB
+	LimitDBSize = "db_size" // store size, in bytes
+)
+
+// RejectedError is admission control shedding a new job: a limit is
+// exceeded. Nothing was stored. Callers should retry after RetryAfter.
+type RejectedError struct {
+	Limit      string // LimitMemory or LimitDBSize
+	Max        int64  // the configured limit (MiB for memory, bytes for DB size)
+	Current    int64  // the measured value, same unit
+	RetryAfter time.Duration
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("admission rejected: %s at %d exceeds limit %d", e.Limit, e.Current, e.Max)
+}
+
+func (e *RejectedError) code() Code     { return CodeRejected }
+func (e *RejectedError) public() string { return e.Error() }

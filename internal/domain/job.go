@@ -90,6 +90,7 @@ type Job struct {
 	Lane          LaneKey // where the request is dispatched (upstream, or tenant of it)
 	Status        Status
 	Attempts      int
+	Deferrals     int // times the destination said "come back later" (429) in the current phase
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 	DispatchedAt  time.Time // start of the latest attempt; zero before the first

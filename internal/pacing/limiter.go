@@ -5,16 +5,18 @@ import (
 	"time"
 )
 
-// CatchUp is how much lateness the limiter makes up for. Timers on a loaded
-// machine wake late by up to about a millisecond; forgiving that much keeps
-// high rates exact, while a gap between two starts is never shorter than the
-// interval minus CatchUp.
-const CatchUp = 2 * time.Millisecond
+// CatchUp is how much lateness, beyond the jitter, the limiter makes up for.
+// Timers on a loaded machine wake late by up to about a millisecond, and a
+// caller may add up to JitterFraction of an interval on purpose (Jitter);
+// forgiving both keeps the average rate exact. A gap between two starts is
+// never shorter than the interval minus its jitter share minus CatchUp.
+const CatchUp = 5 * time.Millisecond
 
 // Limiter spaces event starts at 1/rate apart on a fixed grid, like GCRA with a
-// burst of one. Lateness up to CatchUp is made up by the following events, so
-// the average rate is exact even when the caller wakes a little late; after a
-// longer gap the grid restarts from now, so an idle lane cannot save up a
+// burst of one. Lateness up to Forgiven() (the jitter share of an interval
+// plus CatchUp) is made up by the following events, so the average rate is
+// exact even when the caller wakes a little late or jitters on purpose; after
+// a longer gap the grid restarts from now, so an idle lane cannot save up a
 // burst.
 type Limiter struct {
 	rate     float64
@@ -66,12 +68,17 @@ func (l *Limiter) Take(now time.Time) time.Duration {
 	if wait := l.Wait(now); wait > 0 {
 		return wait
 	}
-	if l.tat.IsZero() || now.Sub(l.tat) > CatchUp {
+	if l.tat.IsZero() || now.Sub(l.tat) > l.Forgiven() {
 		l.tat = now.Add(l.interval)
 	} else {
 		l.tat = l.tat.Add(l.interval)
 	}
 	return 0
+}
+
+// Forgiven is how late an event may start and still keep the grid.
+func (l *Limiter) Forgiven() time.Duration {
+	return time.Duration(JitterFraction*float64(l.interval)) + CatchUp
 }
 
 // Wait returns how long from now until an event may start, without taking it.

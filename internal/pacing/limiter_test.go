@@ -221,11 +221,12 @@ func TestLimiterCatchesUpOnRandomLateness(t *testing.T) {
 
 func TestLimiterLatenessBeyondWindowLosesThroughput(t *testing.T) {
 	t.Parallel()
-	// A caller always 3ms late at 2000 rps is beyond the 2ms window: the grid
-	// restarts each time, so it gets one event per 3.5ms, not 2000/s.
+	// A caller always 7ms late at 2000 rps is beyond the forgiven window
+	// (CatchUp plus the jitter share): the grid restarts each time, so it
+	// gets one event per 7.5ms, not 2000/s.
 	l := pacing.NewLimiter(2000)
-	got := simulate(l, 10*time.Second, func() time.Duration { return 3 * time.Millisecond })
-	if want := int(10 * time.Second / (3500 * time.Microsecond)); got < want-1 || got > want+1 {
+	got := simulate(l, 10*time.Second, func() time.Duration { return 7 * time.Millisecond })
+	if want := int(10 * time.Second / (7500 * time.Microsecond)); got < want-1 || got > want+1 {
 		t.Fatalf("%d events, want about %d", got, want)
 	}
 }
@@ -264,11 +265,11 @@ func TestLimiterCatchUpWindowBoundary(t *testing.T) {
 	tests := []struct {
 		name   string
 		rate   float64
-		window time.Duration // CatchUp, whatever the rate
+		window time.Duration // Forgiven(): the jitter share of an interval plus CatchUp
 	}{
-		{"slow rate", 10, pacing.CatchUp},
-		{"fast rate", 2000, pacing.CatchUp},
-		{"rate where interval equals CatchUp", 500, pacing.CatchUp},
+		{"slow rate", 10, 10*time.Millisecond + pacing.CatchUp},
+		{"fast rate", 2000, 50*time.Microsecond + pacing.CatchUp},
+		{"rate where interval equals CatchUp", 500, 200*time.Microsecond + pacing.CatchUp},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -301,7 +302,7 @@ func TestLimiterCatchUpWindowBoundary(t *testing.T) {
 }
 
 // TestLimiterMinimumGap checks that catching up never squeezes two starts
-// closer than interval - CatchUp, whatever the lateness.
+// closer than interval - Forgiven(), whatever the lateness.
 func TestLimiterMinimumGap(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 5))
@@ -315,8 +316,8 @@ func TestLimiterMinimumGap(t *testing.T) {
 				continue
 			}
 			if !last.IsZero() {
-				if gap := now.Sub(last); gap < iv-pacing.CatchUp {
-					t.Fatalf("rate %v: gap %v < interval %v - CatchUp", rate, gap, iv)
+				if gap := now.Sub(last); gap < iv-l.Forgiven() {
+					t.Fatalf("rate %v: gap %v < interval %v - Forgiven %v", rate, gap, iv, l.Forgiven())
 				}
 			}
 			last = now
@@ -484,5 +485,29 @@ func TestLimiterDelaySurvivesRateChanges(t *testing.T) {
 	l.SetRate(100) // a faster pace must not cut the upstream's "retry after" short
 	if w := l.Wait(t0); w != 10*time.Second {
 		t.Fatalf("Wait after Delay then SetRate = %v, want 10s", w)
+	}
+}
+
+// TestLimiterKeepsRateUnderJitter simulates the lane: it sleeps for the
+// limiter's wait plus Jitter, and wakes a little late on top. The average rate
+// must stay exact — jitter delays single starts, not the grid.
+func TestLimiterKeepsRateUnderJitter(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, rate := range []float64{2, 20, 200, 2000} {
+		l := pacing.NewLimiter(rate)
+		now, n := t0, 0
+		end := at(time.Duration(2000/rate*float64(time.Second)) + time.Second)
+		for now.Before(end) {
+			if w := l.Take(now); w > 0 {
+				now = now.Add(w + pacing.Jitter(l.Interval(), rng.Float64) + time.Duration(rng.Int64N(int64(300*time.Microsecond))))
+				continue
+			}
+			n++
+		}
+		want := rate * end.Sub(t0).Seconds()
+		if math.Abs(float64(n)-want) > want*0.01+1 {
+			t.Errorf("rate %v: %d events, want %.0f ±1%%", rate, n, want)
+		}
 	}
 }

@@ -35,6 +35,15 @@ type JobStore interface {
 	// Get returns the job, or ErrNotFound if it does not exist or has expired.
 	Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 
+	// Lookup returns the live job holding (userID, idempotentKey), or
+	// ErrNotFound. It reads only: admission control uses it to answer a
+	// duplicate without writing anything.
+	Lookup(ctx context.Context, userID, idempotentKey string) (*domain.Job, error)
+
+	// Position returns how many jobs wait in lane ahead of readySeq (not
+	// counting jobs recorded as in_flight).
+	Position(ctx context.Context, lane domain.LaneKey, readySeq int64) (int, error)
+
 	// Delete removes the job and its idempotency key (so the key can be used
 	// again at once). ErrNotFound if there is no such job.
 	Delete(ctx context.Context, id domain.JobID) error
@@ -45,10 +54,12 @@ type JobStore interface {
 	// allows.
 	MarkInFlight(ctx context.Context, p *MarkInFlightParams) error
 
-	// Requeue records a failed attempt that will be retried: a dispatch
-	// attempt puts the job back to queued; a delivery attempt counts against
-	// its delivery. The job stays ready in its lane. ErrNotFound if the job
-	// is gone or not in that phase.
+	// Requeue records an attempt that will be tried again: a dispatch attempt
+	// puts the job back to queued; a delivery attempt counts against its
+	// delivery. Attempts and Deferrals (answers that asked Aquifer to come
+	// back later, which are not failures) are the totals so far in that
+	// phase. The job stays ready in its lane. ErrNotFound if the job is gone
+	// or not in that phase.
 	Requeue(ctx context.Context, p *RequeueParams) error
 
 	// Finish records a terminal status and result. If p.DeliverIn is set, the
@@ -106,13 +117,14 @@ type MarkInFlightParams struct {
 
 // RequeueParams are the arguments of JobStore.Requeue.
 type RequeueParams struct {
-	ID       domain.JobID
-	Seq      int64        // as in MarkInFlightParams
-	Phase    domain.Phase // PhaseDispatch or PhaseDeliver
-	Attempts int          // attempts made so far in that phase
-	Reason   string       // PhaseDeliver: why the attempt failed
-	Response int          // PhaseDeliver: the receiver's status (0 if none)
-	Now      time.Time
+	ID        domain.JobID
+	Seq       int64        // as in MarkInFlightParams
+	Phase     domain.Phase // PhaseDispatch or PhaseDeliver
+	Attempts  int          // attempts made so far in that phase
+	Deferrals int          // times so far the destination said "later" (429) in that phase
+	Reason    string       // PhaseDeliver: why the attempt failed
+	Response  int          // PhaseDeliver: the receiver's status (0 if none)
+	Now       time.Time
 }
 
 // FinishParams are the arguments of JobStore.Finish.

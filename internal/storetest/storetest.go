@@ -55,6 +55,9 @@ func Exercise(t *testing.T, newStore NewStore) {
 		{"ResetStale", testResetStale},
 		{"PurgeExpiredInBatches", testPurge},
 		{"Counts", testCounts},
+		{"LookupByKey", testLookup},
+		{"Position", testPosition},
+		{"DeferralsAreKeptAndReset", testDeferrals},
 		{"RoundTripsBinaryBodies", testBinaryRoundTrip},
 		{"ClosedStoreFails", testClosed},
 	}
@@ -555,5 +558,73 @@ func testClosed(t *testing.T, s ports.JobStore) {
 	}
 	if _, _, err := s.Insert(ctx(t), NewJob("u", "late", "a.test:80")); err == nil {
 		t.Fatal("Insert after Close succeeded")
+	}
+}
+
+func testLookup(t *testing.T, s ports.JobStore) {
+	j := mustInsert(t, s, NewJob("u", "look", "a.test:80"))
+	got, err := s.Lookup(ctx(t), "u", "look")
+	if err != nil || got.ID != j.ID {
+		t.Fatalf("Lookup = %v, %v; want %s", got, err, j.ID)
+	}
+	for _, k := range [][2]string{{"u", "other"}, {"v", "look"}} {
+		if _, err := s.Lookup(ctx(t), k[0], k[1]); !errors.Is(err, domain.ErrNotFound) {
+			t.Fatalf("Lookup(%v) = %v, want ErrNotFound", k, err)
+		}
+	}
+	old := NewJob("u", "expired", "a.test:80")
+	old.ExpiresAt = time.Now().Add(-time.Second)
+	mustInsert(t, s, old)
+	if _, err := s.Lookup(ctx(t), "u", "expired"); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("Lookup(expired) = %v, want ErrNotFound", err)
+	}
+	if c, _ := s.Counts(ctx(t)); c.Total() != 1 {
+		t.Fatalf("Lookup wrote something: counts %+v", c)
+	}
+}
+
+func testPosition(t *testing.T, s ports.JobStore) {
+	var jobs []*domain.Job
+	for i := range 5 {
+		jobs = append(jobs, mustInsert(t, s, NewJob("u", fmt.Sprint("p", i), "a.test:80")))
+		mustInsert(t, s, NewJob("u", fmt.Sprint("q", i), "b.test:80"))
+	}
+	if err := s.MarkInFlight(ctx(t), &ports.MarkInFlightParams{ID: jobs[0].ID, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: jobs[1].ID, Status: domain.StatusCompleted, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, s)
+	// Ahead of jobs[4]: jobs[2] and jobs[3] wait; jobs[0] runs, jobs[1] is done.
+	n, err := s.Position(ctx(t), "a.test:80", jobs[4].ReadySeq)
+	if err != nil || n != 2 {
+		t.Fatalf("Position = %d, %v; want 2", n, err)
+	}
+	if n, _ := s.Position(ctx(t), "a.test:80", jobs[2].ReadySeq); n != 0 {
+		t.Fatalf("Position of the first waiting job = %d, want 0", n)
+	}
+}
+
+func testDeferrals(t *testing.T, s ports.JobStore) {
+	j := mustInsert(t, s, NewJob("u", "later", "a.test:80"))
+	if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: j.ID, Phase: domain.PhaseDispatch, Attempts: 0, Deferrals: 3, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, j.ID); got.Deferrals != 3 || got.Attempts != 0 {
+		t.Fatalf("after a deferral: attempts %d deferrals %d", got.Attempts, got.Deferrals)
+	}
+	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Attempts: 1, Now: time.Now(),
+		DeliverIn: "hooks.test:80"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, j.ID); got.Deferrals != 0 {
+		t.Fatalf("deferrals not reset for the delivery phase: %d", got.Deferrals)
+	}
+	if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: j.ID, Phase: domain.PhaseDeliver, Deferrals: 2, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, j.ID); got.Deferrals != 2 {
+		t.Fatalf("delivery deferrals = %d, want 2", got.Deferrals)
 	}
 }

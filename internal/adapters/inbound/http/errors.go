@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 
 	"go.uber.org/zap"
 
@@ -32,11 +34,25 @@ type errorBody struct {
 	LimitBytes int64  `json:"limit_bytes,omitempty"`
 }
 
+// rejectedBody is the 429 of admission control (BEHAVIOR.md §4.3).
+type rejectedBody struct {
+	Error       string `json:"error"`
+	LimitReason string `json:"limit_reason"`
+	Limit       int64  `json:"limit"`
+	Current     int64  `json:"current"`
+}
+
 // writeDomainError answers with the status for err's code. Internal errors
 // are logged here, at the edge, and shown to the caller only generically.
 func (h *Handler) writeDomainError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client went away; nobody to answer
+	}
+	var rej *domain.RejectedError
+	if errors.As(err, &rej) {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(rej.RetryAfter.Seconds())), 10))
+		writeJSON(w, http.StatusTooManyRequests, rejectedBody{Error: rej.Error(), LimitReason: rej.Limit, Limit: rej.Max, Current: rej.Current})
+		return
 	}
 	code := domain.CodeOf(err)
 	status, ok := statusOf[code]

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -56,6 +57,7 @@ func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) {
 		h.writeDomainError(w, r, err)
 		return
 	}
+	setLoadHeaders(w.Header(), res.Load)
 	if res.Duplicate {
 		writeJSON(w, http.StatusOK, enqueueJSON{JobID: string(res.JobID), Status: string(res.Status), Duplicate: true})
 		return
@@ -64,6 +66,20 @@ func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	_, _ = io.WriteString(w, `{"job_id":"`+string(res.JobID)+`","status":"`+string(res.Status)+"\"}\n")
+}
+
+// Load headers on POST /jobs responses, in both namespaces, so callers can
+// autoscale on Aquifer's backlog too (BEHAVIOR.md §13).
+var loadHeaderNames = [...][3]string{
+	{"X-Aqueduct-Total-Jobs", "X-Aqueduct-Queue-Depth", "X-Aqueduct-Flow-Rate"},
+	{"X-Aquifer-Total-Jobs", "X-Aquifer-Queue-Depth", "X-Aquifer-Flow-Rate"},
+}
+
+func setLoadHeaders(h http.Header, l app.Load) {
+	total, depth, rate := strconv.FormatInt(l.Total, 10), strconv.FormatInt(l.Depth, 10), l.FlowRateText()
+	for _, n := range loadHeaderNames {
+		h[n[0]], h[n[1]], h[n[2]] = []string{total}, []string{depth}, []string{rate}
+	}
 }
 
 func accountQueueMode(h http.Header) domain.AccountQueueMode {

@@ -22,6 +22,7 @@ type Core interface {
 	Enqueue(ctx context.Context, req *domain.JobRequest) (*app.EnqueueResult, error)
 	Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *app.Subscription, error)
+	Position(ctx context.Context, j *domain.Job) (int, error)
 	Health(ctx context.Context) *app.Health
 }
 

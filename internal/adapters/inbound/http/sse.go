@@ -60,6 +60,11 @@ func (h *Handler) streamJob(w http.ResponseWriter, r *http.Request) {
 	if done := s.catchUp(job); done || s.err != nil {
 		return
 	}
+	if job.Status == domain.StatusQueued {
+		if pos, err := h.core.Position(r.Context(), job); err == nil {
+			s.frame(domain.EventPosition, ssePosition{JobID: string(job.ID), Position: pos})
+		}
+	}
 	keepAlive := time.NewTicker(h.opts.KeepAlive)
 	defer keepAlive.Stop()
 	for {

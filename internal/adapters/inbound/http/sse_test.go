@@ -229,6 +229,12 @@ func TestStreamLiveFromQueued(t *testing.T) {
 	if f.Data["status"] != "queued" {
 		t.Fatalf("queued frame %v", f)
 	}
+	// A queued job's catch-up includes its place in line: first (the job
+	// ahead of it is running, and running jobs are not counted).
+	f = s.expectEvent(t, "position", id)
+	if f.Data["position"] != float64(1) {
+		t.Fatalf("position frame %v, want position 1", f)
+	}
 	up.requireNoArrival(t, 50*time.Millisecond)
 	if _, m, b := e.getJob(t, id); m["status"] != "queued" {
 		t.Fatalf("second job left queued before the first finished (max_concurrent 1 ignored?): %s", b)

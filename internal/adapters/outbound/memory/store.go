@@ -101,6 +101,36 @@ func (s *Store) Get(_ context.Context, id domain.JobID) (*domain.Job, error) {
 	return j.Clone(), nil
 }
 
+// Lookup implements ports.JobStore.
+func (s *Store) Lookup(_ context.Context, userID, idempotentKey string) (*domain.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	id, ok := s.idem[idemKey{userID, idempotentKey}]
+	if !ok || s.jobs[id].Expired(s.now()) {
+		return nil, domain.ErrNotFound
+	}
+	return s.jobs[id].Clone(), nil
+}
+
+// Position implements ports.JobStore.
+func (s *Store) Position(_ context.Context, lane domain.LaneKey, readySeq int64) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	n, now := 0, s.now()
+	for _, j := range s.jobs {
+		if j.ReadyLane == lane && j.ReadySeq < readySeq && j.Status != domain.StatusInFlight && !j.Expired(now) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Delete implements ports.JobStore.
 func (s *Store) Delete(_ context.Context, id domain.JobID) error {
 	s.mu.Lock()
@@ -143,9 +173,10 @@ func (s *Store) Requeue(_ context.Context, p *ports.RequeueParams) error {
 	switch p.Phase {
 	case domain.PhaseDispatch:
 		j.Status, j.Attempts, j.UpdatedAt, j.ExpiresAt = domain.StatusQueued, p.Attempts, p.Now, p.Now.Add(domain.QueuedTTL)
+		j.Deferrals = p.Deferrals
 	case domain.PhaseDeliver:
 		j.Delivery.Attempts, j.Delivery.ResponseStatus, j.Delivery.Reason = p.Attempts, p.Response, p.Reason
-		j.UpdatedAt = p.Now
+		j.UpdatedAt, j.Deferrals = p.Now, p.Deferrals
 	default:
 		return domain.ErrNotFound
 	}
@@ -166,7 +197,7 @@ func (s *Store) Finish(_ context.Context, p *ports.FinishParams) (int64, error) 
 	if j.Status.Terminal() {
 		return 0, nil
 	}
-	j.Status, j.Attempts, j.UpdatedAt = p.Status, p.Attempts, p.Now
+	j.Status, j.Attempts, j.UpdatedAt, j.Deferrals = p.Status, p.Attempts, p.Now, 0
 	r := domain.Result{}
 	if p.Result != nil {
 		r = *p.Result

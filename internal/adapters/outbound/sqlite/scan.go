@@ -10,7 +10,7 @@ import (
 )
 
 const jobColumns = `seq, id, user_id, idempotent_key, url, pool_id, method, headers, body,
-	webhook_url, lane, status, attempts, created_at, updated_at, dispatched_at, expires_at,
+	webhook_url, lane, status, attempts, deferrals, created_at, updated_at, dispatched_at, expires_at,
 	response_status, response_body, response_truncated, response_content_type, reason,
 	ready_lane, ready_seq, delivery_status, delivery_attempts, delivery_response, delivery_reason`
 
@@ -30,7 +30,7 @@ func scanJob(row scanner) (*domain.Job, error) {
 		deliveryAttempts, deliveryResponse int
 	)
 	err := row.Scan(&j.Seq, &id, &j.UserID, &j.IdempotentKey, &j.URL, &j.PoolID, &j.Method,
-		&headers, &body, &j.WebhookURL, &lane, &status, &attempts, &created, &updated, &dispatched, &exp,
+		&headers, &body, &j.WebhookURL, &lane, &status, &attempts, &j.Deferrals, &created, &updated, &dispatched, &exp,
 		&respStatus, &respBody, &truncated, &ctype, &reason,
 		&readyLane, &j.ReadySeq, &deliveryStatus, &deliveryAttempts, &deliveryResponse, &deliveryReason)
 	if err != nil {

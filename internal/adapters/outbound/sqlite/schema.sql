@@ -1,5 +1,6 @@
--- Aquifer job store schema (SQLite), version 1. Applied at open when the
--- database is new; see store.go for the version check.
+-- Aquifer job store schema (SQLite), version 2. Applied at open when the
+-- database is new; older versions are migrated step by step (migrations in
+-- store.go).
 --
 -- One row per job lifecycle: the request, its result, and the delivery of
 -- that result to the job's webhook_url.
@@ -24,6 +25,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     lane                  TEXT    NOT NULL,
     status                TEXT    NOT NULL,
     attempts              INTEGER NOT NULL DEFAULT 0,
+    deferrals             INTEGER NOT NULL DEFAULT 0,
     created_at            INTEGER NOT NULL,
     updated_at            INTEGER NOT NULL,
     dispatched_at         INTEGER NOT NULL DEFAULT 0,
@@ -53,4 +55,4 @@ CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (ready_lane, ready_seq) WHERE read
 -- maintain it, while the purge that would use it runs once a minute and scans
 -- from a read connection instead, never holding the writer.
 
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;

@@ -35,7 +35,12 @@ import (
 var schema string
 
 // schemaVersion is the PRAGMA user_version schema.sql sets.
-const schemaVersion = 1
+const schemaVersion = 2
+
+// migrations[v] upgrades a version-v database to v+1, in one transaction.
+var migrations = map[int]string{
+	1: `ALTER TABLE jobs ADD COLUMN deferrals INTEGER NOT NULL DEFAULT 0; PRAGMA user_version = 2;`,
+}
 
 // Sync is the SQLite synchronous level.
 type Sync string
@@ -193,12 +198,35 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 	case schemaVersion:
 	default:
-		return fmt.Errorf("%s has schema version %d; this aquiferd understands version %d (downgrades are not supported)",
-			s.opts.Path, version, schemaVersion)
+		if version > schemaVersion {
+			return fmt.Errorf("%s has schema version %d; this aquiferd understands up to %d (downgrades are not supported)",
+				s.opts.Path, version, schemaVersion)
+		}
+		for v := version; v < schemaVersion; v++ {
+			if err := s.migrateStep(ctx, v); err != nil {
+				return err
+			}
+		}
 	}
 	if err := s.wdb.QueryRowContext(ctx, "SELECT coalesce(max(max(seq), max(ready_seq)), 0) FROM jobs").Scan(&s.seq); err != nil {
 		return fmt.Errorf("read sequence of %s: %w", s.opts.Path, err)
 	}
+	return nil
+}
+
+func (s *Store) migrateStep(ctx context.Context, from int) error {
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate %s from version %d: %w", s.opts.Path, from, err)
+	}
+	if _, err := tx.ExecContext(ctx, migrations[from]); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("migrate %s from version %d: %w", s.opts.Path, from, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate %s from version %d: %w", s.opts.Path, from, err)
+	}
+	s.log.Info("migrated the job store schema", zap.Int("from", from), zap.Int("to", from+1))
 	return nil
 }
 
@@ -363,6 +391,30 @@ func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
 	return j, nil
 }
 
+// Lookup implements ports.JobStore.
+func (s *Store) Lookup(ctx context.Context, userID, idempotentKey string) (*domain.Job, error) {
+	j, err := scanJob(s.reads.lookup.QueryRowContext(ctx, userID, idempotentKey))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, domain.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up job: %w", err)
+	}
+	if j.Expired(time.Now()) {
+		return nil, domain.ErrNotFound
+	}
+	return j, nil
+}
+
+// Position implements ports.JobStore.
+func (s *Store) Position(ctx context.Context, lane domain.LaneKey, readySeq int64) (int, error) {
+	var n int
+	if err := s.reads.position.QueryRowContext(ctx, string(lane), readySeq, ms(time.Now())).Scan(&n); err != nil {
+		return 0, fmt.Errorf("job position: %w", err)
+	}
+	return n, nil
+}
+
 // ListReady implements ports.JobStore.
 func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
 	rows, err := s.reads.listReady.QueryContext(ctx, string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit)
@@ -436,12 +488,19 @@ func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
 // readStmts are prepared once; database/sql re-prepares them lazily on each
 // pooled connection, so reads never re-parse SQL.
 type readStmts struct {
-	get, listReady *sql.Stmt
+	get, lookup, listReady, position *sql.Stmt
 }
 
 func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 	var err error
 	if r.get, err = db.PrepareContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id = ?"); err != nil {
+		return fmt.Errorf("prepare sqlite reads: %w", err)
+	}
+	if r.lookup, err = db.PrepareContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE user_id = ? AND idempotent_key = ?"); err != nil {
+		return fmt.Errorf("prepare sqlite reads: %w", err)
+	}
+	if r.position, err = db.PrepareContext(ctx, `SELECT count(*) FROM jobs
+		WHERE ready_lane = ? AND ready_seq < ? AND status != 'in_flight' AND expires_at > ?`); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
 	r.listReady, err = db.PrepareContext(ctx, "SELECT "+jobColumns+

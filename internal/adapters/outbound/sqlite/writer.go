@@ -101,13 +101,13 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		WHERE id = ? AND status = 'in_flight' AND dispatched_at < ?`)
 	w.markInFlight = row(`UPDATE jobs SET status = 'in_flight', dispatched_at = ?, updated_at = ?
 		WHERE status IN ('queued', 'in_flight')`)
-	w.requeue = row(`UPDATE jobs SET status = 'queued', attempts = ?, updated_at = ?, expires_at = ?
+	w.requeue = row(`UPDATE jobs SET status = 'queued', attempts = ?, deferrals = ?, updated_at = ?, expires_at = ?
 		WHERE status IN ('queued', 'in_flight')`)
-	w.requeueDelivery = row(`UPDATE jobs SET delivery_attempts = ?, delivery_response = ?, delivery_reason = ?, updated_at = ?
-		WHERE delivery_status = 'pending'`)
+	w.requeueDelivery = row(`UPDATE jobs SET delivery_attempts = ?, deferrals = ?, delivery_response = ?, delivery_reason = ?,
+		updated_at = ? WHERE delivery_status = 'pending'`)
 	w.finish = row(`UPDATE jobs SET status = ?, attempts = ?, updated_at = ?, expires_at = ?, response_status = ?,
 		response_body = ?, response_truncated = ?, response_content_type = ?, reason = ?,
-		ready_lane = ?, ready_seq = ?, delivery_status = ?
+		ready_lane = ?, ready_seq = ?, delivery_status = ?, deferrals = 0
 		WHERE status IN ('queued', 'in_flight')`)
 	w.finishDelivery = row(`UPDATE jobs SET delivery_status = ?, delivery_attempts = ?, delivery_response = ?,
 		delivery_reason = ?, updated_at = ?, ready_lane = '',
@@ -283,9 +283,9 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *op) (opResult, error) 
 		var err error
 		switch p.Phase {
 		case domain.PhaseDeliver:
-			n, err = s.stmts.requeueDelivery.exec(ctx, tx, o.seq, o.id, p.Attempts, p.Response, p.Reason, ms(p.Now))
+			n, err = s.stmts.requeueDelivery.exec(ctx, tx, o.seq, o.id, p.Attempts, p.Deferrals, p.Response, p.Reason, ms(p.Now))
 		case domain.PhaseDispatch:
-			n, err = s.stmts.requeue.exec(ctx, tx, o.seq, o.id, p.Attempts, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)))
+			n, err = s.stmts.requeue.exec(ctx, tx, o.seq, o.id, p.Attempts, p.Deferrals, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)))
 		}
 		if err != nil {
 			return opResult{}, fmt.Errorf("requeue job: %w", err)

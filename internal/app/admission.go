@@ -1,0 +1,190 @@
+package app
+
+import (
+	"context"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// AdmissionConfig sets the limits above which new jobs are shed with a 429
+// (BEHAVIOR.md §16). A zero limit disables that check.
+type AdmissionConfig struct {
+	// MemoryLimitMB rejects new jobs while the live heap (memory held by
+	// reachable objects after the last GC) is above this many MiB. Unlike the
+	// memory obtained from the OS, the live heap shrinks again when load
+	// drops, so the check recovers by itself. 0 = off.
+	MemoryLimitMB int64
+	// DBMaxBytes rejects new jobs while the store uses more than this many
+	// bytes (SQLite: pages in use plus the WAL, so purged jobs free room).
+	// 0 = off.
+	DBMaxBytes int64
+	// RetryAfter is the Retry-After of the first rejection in a row; each
+	// further one doubles it, up to RetryAfterMax. An admitted job resets
+	// the streak. Defaults 5s and 60s.
+	RetryAfter    time.Duration
+	RetryAfterMax time.Duration
+	// SampleEvery is how long a measurement is reused; default 250ms.
+	SampleEvery time.Duration
+	// Memory returns the memory figure in bytes; default: the live heap from
+	// runtime/metrics. Tests replace it.
+	Memory func() int64
+}
+
+func (c AdmissionConfig) withDefaults() AdmissionConfig {
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = 5 * time.Second
+	}
+	if c.RetryAfterMax <= 0 {
+		c.RetryAfterMax = 60 * time.Second
+	}
+	if c.SampleEvery <= 0 {
+		c.SampleEvery = 250 * time.Millisecond
+	}
+	if c.Memory == nil {
+		c.Memory = liveHeap
+	}
+	return c
+}
+
+// liveHeap reads the live heap without stopping the world.
+func liveHeap() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
+}
+
+// admission decides whether a new job may be stored.
+type admission struct {
+	cfg   AdmissionConfig
+	store ports.JobStore
+	clock ports.Clock
+
+	mu        sync.Mutex
+	sampledAt time.Time
+	memBytes  int64
+	dbBytes   int64 // -1: the store cannot tell
+	streak    int
+	lastLimit string // the limit the last check tripped, "" if it passed
+
+	rejected atomic.Int64
+}
+
+func newAdmission(cfg AdmissionConfig, store ports.JobStore, clock ports.Clock) *admission {
+	return &admission{cfg: cfg.withDefaults(), store: store, clock: clock, dbBytes: -1}
+}
+
+func (a *admission) enabled() bool { return a.cfg.MemoryLimitMB > 0 || a.cfg.DBMaxBytes > 0 }
+
+// check returns the exceeded limit as a rejection, or nil. It changes
+// nothing: call reject to actually shed the job.
+func (a *admission) check(ctx context.Context) *domain.RejectedError {
+	if !a.enabled() {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sampleLocked(ctx)
+	var rej *domain.RejectedError
+	if mb := a.memBytes >> 20; a.cfg.MemoryLimitMB > 0 && mb > a.cfg.MemoryLimitMB {
+		rej = &domain.RejectedError{Limit: domain.LimitMemory, Max: a.cfg.MemoryLimitMB, Current: mb}
+	} else if a.cfg.DBMaxBytes > 0 && a.dbBytes > a.cfg.DBMaxBytes {
+		rej = &domain.RejectedError{Limit: domain.LimitDBSize, Max: a.cfg.DBMaxBytes, Current: a.dbBytes}
+	}
+	if rej == nil {
+		a.lastLimit = ""
+	}
+	return rej
+}
+
+// reject sheds a job for rej: it lengthens the Retry-After streak and sets
+// rej.RetryAfter. See admitted for the reset.
+func (a *admission) reject(rej *domain.RejectedError) *domain.RejectedError {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.streak++
+	a.lastLimit = rej.Limit
+	rej.RetryAfter = a.retryAfterLocked()
+	a.rejected.Add(1)
+	return rej
+}
+
+// admitted resets the Retry-After streak: the next rejection starts again
+// at the base value.
+func (a *admission) admitted() {
+	if !a.enabled() {
+		return
+	}
+	a.mu.Lock()
+	a.streak = 0
+	a.mu.Unlock()
+}
+
+// retryAfterLocked is the Retry-After for the current streak: the base for
+// the first rejection, doubled for each further one, capped.
+func (a *admission) retryAfterLocked() time.Duration {
+	d := a.cfg.RetryAfter
+	for i := 1; i < a.streak && d < a.cfg.RetryAfterMax; i++ {
+		d *= 2
+	}
+	return min(d, max(a.cfg.RetryAfterMax, a.cfg.RetryAfter))
+}
+
+func (a *admission) sampleLocked(ctx context.Context) {
+	now := a.clock.Now()
+	if !a.sampledAt.IsZero() && now.Sub(a.sampledAt) < a.cfg.SampleEvery {
+		return
+	}
+	a.sampledAt = now
+	a.memBytes = a.cfg.Memory()
+	if a.cfg.DBMaxBytes > 0 {
+		if n, err := a.store.SizeBytes(ctx); err == nil {
+			a.dbBytes = n
+		}
+	}
+}
+
+// AdmissionHealth is the admission part of /health (BEHAVIOR.md §7).
+type AdmissionHealth struct {
+	Enabled           bool   `json:"enabled"`
+	MemoryMB          int64  `json:"memory_mb"`
+	MemoryLimitMB     int64  `json:"memory_limit_mb"`
+	MaxBodyBytes      int64  `json:"max_body_bytes"`
+	DBBytes           int64  `json:"db_bytes"`
+	DBMaxBytes        int64  `json:"db_max_bytes"`
+	RetryAfterSeconds int64  `json:"retry_after_seconds"`
+	Rejecting         bool   `json:"rejecting"`
+	LimitReason       string `json:"limit_reason,omitempty"`
+	RejectedTotal     int64  `json:"rejected_total"`
+}
+
+func (a *admission) health(ctx context.Context, maxBody int64) *AdmissionHealth {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sampledAt = time.Time{} // health always measures afresh
+	a.sampleLocked(ctx)
+	if a.dbBytes < 0 {
+		if n, err := a.store.SizeBytes(ctx); err == nil {
+			a.dbBytes = n
+		}
+	}
+	streak := a.streak
+	if streak == 0 {
+		a.streak = 1 // the value the next rejection would carry
+	}
+	ra := a.retryAfterLocked()
+	a.streak = streak
+	return &AdmissionHealth{
+		Enabled: a.enabled() || maxBody > 0, MemoryMB: a.memBytes >> 20, MemoryLimitMB: a.cfg.MemoryLimitMB,
+		MaxBodyBytes: maxBody, DBBytes: a.dbBytes, DBMaxBytes: a.cfg.DBMaxBytes,
+		RetryAfterSeconds: int64(ra / time.Second), Rejecting: a.lastLimit != "", LimitReason: a.lastLimit,
+		RejectedTotal: a.rejected.Load(),
+	}
+}
