@@ -452,3 +452,101 @@ func TestPositionEventsWhileQueued(t *testing.T) {
 }
 
 var _ ports.JobStore = (*sizedStore)(nil)
+
+func TestORCATierMeasuredRate(t *testing.T) {
+	t.Parallel()
+	// 70–90 % KV-cache utilization asks for 2 rps (Triton's metric name).
+	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+		w.Header().Set("Endpoint-Load-Metrics", `JSON {"named_metrics":{"kv_cache_utilization":0.8}}`)
+	})
+	b := setup(t, func(c *app.Config) {
+		c.Rates.Hosts = map[string]domain.Rate{hostOf(up): {RPS: 100, MaxConcurrent: 4}}
+	})
+	for i := range 7 {
+		b.enqueue(t, req(fmt.Sprint("orca", i), up.URL))
+	}
+	waitFor(t, "7 dispatches", func() bool { return up.count() == 7 })
+	if got := rateOf(up.snapshot(), 1); !within(got, 2, 0.10) {
+		t.Fatalf("dispatch rate %.2f/s under ORCA 80 %%, want 2 ±10%%", got)
+	}
+}
+
+func TestEveryRateLimitFamilyPausesUntilItsReset(t *testing.T) {
+	t.Parallel()
+	families := map[string]func(h http.Header){
+		"github": func(h http.Header) {
+			h.Set("X-RateLimit-Remaining", "0")
+			h.Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(2*time.Second).Unix(), 10))
+		},
+		"openai": func(h http.Header) {
+			h.Set("x-ratelimit-remaining-requests", "0")
+			h.Set("x-ratelimit-reset-requests", "1s")
+		},
+		"ietf-separate": func(h http.Header) {
+			h.Set("RateLimit-Remaining", "0")
+			h.Set("RateLimit-Reset", "1")
+		},
+		"ietf-combined": func(h http.Header) { h.Set("RateLimit", "limit=10, remaining=0, reset=1") },
+		"ietf-structured": func(h http.Header) {
+			h.Set("RateLimit-Policy", `"default";q=10;w=1`)
+			h.Set("RateLimit", `"default";r=0`)
+		},
+		"retry-after-date": func(h http.Header) {
+			h.Set("Retry-After", time.Now().Add(2*time.Second).UTC().Format(http.TimeFormat))
+		},
+	}
+	for name, set := range families {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var n atomic.Int64
+			up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+				if n.Add(1) == 1 {
+					set(w.Header())
+					if name == "retry-after-date" {
+						w.WriteHeader(http.StatusTooManyRequests)
+					}
+				}
+			})
+			b := setup(t, func(c *app.Config) {
+				c.Rates.Hosts = map[string]domain.Rate{hostOf(up): {RPS: 1000, MaxConcurrent: 1}}
+			})
+			first := b.enqueue(t, req("one", up.URL))
+			second := b.enqueue(t, req("two", up.URL))
+			b.waitStatus(t, first, domain.StatusCompleted)
+			b.waitStatus(t, second, domain.StatusCompleted)
+			hits := up.snapshot()
+			// Every reset above is at least one second away (whole-second
+			// dates can round down by up to a second).
+			if gap := hits[1].at.Sub(hits[0].at); gap < 900*time.Millisecond {
+				t.Fatalf("%s: next dispatch %v after the pause signal", name, gap)
+			}
+		})
+	}
+}
+
+func TestIdleTenantQueuesAreCollected(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var once sync.Once
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.Header.Get("Authorization") == "Bearer busy" {
+			<-release
+		}
+	})
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	b := setup(t, func(c *app.Config) {
+		c.LaneIdleTimeout = 50 * time.Millisecond
+		c.Rates.Hosts = map[string]domain.Rate{hostOf(up): {RPS: 1000, MaxConcurrent: 4}}
+	})
+	b.enqueue(t, tenantReq("busy", "b1", up.URL)) // holds its queue open
+	b.waitStatus(t, b.enqueue(t, tenantReq("brief", "x1", up.URL)), domain.StatusCompleted)
+	queues := func() int {
+		for _, l := range b.svc.Health(t.Context()).Lanes {
+			return l.Queues
+		}
+		return -1
+	}
+	waitFor(t, "the brief tenant's queue to be collected", func() bool { return queues() == 1 })
+	once.Do(func() { close(release) })
+	waitFor(t, "the lane to be collected", func() bool { return queues() == -1 })
+}

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,7 @@ type envOptions struct {
 	keepAlive time.Duration          // httpapi.Options.KeepAlive; 0 = the handler's default
 	hosts     map[string]domain.Rate // app.RateTable.Hosts
 	pingErr   error                  // make the store's Ping fail
+	admission app.AdmissionConfig    // app.Config.Admission
 }
 
 type env struct {
@@ -78,6 +80,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		MaxBodyBytes: o.maxBody,
 		Retry:        app.RetryPolicy{Attempts: 2, Backoff: []time.Duration{10 * time.Millisecond}},
 		Rates:        app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 8}, Hosts: o.hosts},
+		Admission:    o.admission,
 	})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
@@ -1020,5 +1023,76 @@ func TestGetJobReportsWebhookDelivery(t *testing.T) {
 	got, _ = e.waitStatus(t, plain, "completed")
 	if _, ok := got["webhook"]; ok {
 		t.Fatalf("job without webhook_url reports a webhook: %v", got)
+	}
+}
+
+// TestPostJobAdmissionRejection checks the 429 of admission control: the
+// JSON body naming the limit, a Retry-After that doubles per consecutive
+// rejection, nothing stored — and a duplicate of an accepted job still
+// answered 200.
+func TestPostJobAdmissionRejection(t *testing.T) {
+	t.Parallel()
+	var heap atomic.Int64
+	e := newEnv(t, envOptions{admission: app.AdmissionConfig{MemoryLimitMB: 64, SampleEvery: time.Nanosecond,
+		Memory: func() int64 { return heap.Load() }}})
+	target := newUpstream(t, false, fixed(200, "text/plain", "ok"))
+	accepted := e.submit(t, jobFor("u", "before", target.url("/a")))
+	heap.Store(100 << 20)
+	before := e.store.inserts.Load()
+	for i, want := range []string{"5", "10", "20"} {
+		resp, b := e.post(t, jobFor("u", fmt.Sprint("shed", i), target.url("/b")))
+		m := requireJSONError(t, resp, b, http.StatusTooManyRequests)
+		if resp.Header.Get("Retry-After") != want {
+			t.Fatalf("rejection %d: Retry-After %q, want %s", i+1, resp.Header.Get("Retry-After"), want)
+		}
+		requireKeys(t, "429 body", m, "error", "limit_reason", "limit", "current")
+		if m["limit_reason"] != "memory" || m["limit"] != float64(64) || m["current"] != float64(100) ||
+			m["error"] != "admission rejected: memory at 100 exceeds limit 64" {
+			t.Fatalf("429 body = %s", b)
+		}
+	}
+	if after := e.store.inserts.Load(); after != before {
+		t.Fatalf("rejected submissions wrote %d rows", after-before)
+	}
+	resp, b := e.post(t, jobFor("u", "before", target.url("/a")))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), accepted) {
+		t.Fatalf("duplicate under pressure: %d %s", resp.StatusCode, b)
+	}
+	_, health := e.request(t, http.MethodGet, "/health", nil)
+	adm := decodeObject(t, health)["admission"].(map[string]any)
+	requireKeys(t, "admission health", adm, "enabled", "memory_mb", "memory_limit_mb", "max_body_bytes", "db_bytes",
+		"db_max_bytes", "retry_after_seconds", "rejecting", "limit_reason", "rejected_total")
+	if adm["rejecting"] != true || adm["memory_mb"] != float64(100) || adm["retry_after_seconds"] != float64(20) {
+		t.Fatalf("admission health = %v", adm)
+	}
+	heap.Store(1 << 20) // pressure gone: admitted again, streak reset
+	e.submit(t, jobFor("u", "after", target.url("/c")))
+	heap.Store(100 << 20)
+	resp, _ = e.post(t, jobFor("u", "shed-again", target.url("/d")))
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "5" {
+		t.Fatalf("after an admitted job: %d Retry-After %q, want 429 with 5", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// TestPostJobLoadHeaders checks the autoscaling headers on POST /jobs answers.
+func TestPostJobLoadHeaders(t *testing.T) {
+	t.Parallel()
+	target := newUpstream(t, true, fixed(200, "text/plain", "ok")) // gated: jobs stay put
+	e := newEnv(t, envOptions{hosts: map[string]domain.Rate{target.hostPort: {RPS: 12.5, MaxConcurrent: 1}}})
+	for i := range 3 {
+		resp, b := e.post(t, jobFor("u", fmt.Sprint("l", i), target.url("/x")))
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("submit: %d %s", resp.StatusCode, b)
+		}
+		for _, ns := range []string{"X-Aqueduct-", "X-Aquifer-"} {
+			for _, name := range []string{"Total-Jobs", "Queue-Depth"} {
+				if _, err := strconv.Atoi(resp.Header.Get(ns + name)); err != nil {
+					t.Fatalf("%s%s = %q", ns, name, resp.Header.Get(ns+name))
+				}
+			}
+			if got := resp.Header.Get(ns + "Flow-Rate"); got != "12.50" {
+				t.Fatalf("%sFlow-Rate = %q, want 12.50", ns, got)
+			}
+		}
 	}
 }
