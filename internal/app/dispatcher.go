@@ -20,7 +20,7 @@ type dispatcher struct {
 	broker *Broker
 	load   *loadGauge
 
-	mu       sync.Mutex
+	mu       sync.RWMutex // guards lanes, started, stopping
 	lanes    map[domain.UpstreamKey]*lane
 	started  bool
 	stopping bool
@@ -73,12 +73,26 @@ func (d *dispatcher) notify(key domain.LaneKey, rewind bool) {
 // offer hands just-committed work to its lane. If the lane's buffer is full
 // the lane reads it from the store instead.
 func (d *dispatcher) offer(j *domain.Job) {
+	u := j.ReadyLane.Upstream()
+	d.mu.RLock()
+	l := d.lanes[u]
+	if l != nil && !d.stopping {
+		// The common case: the lane exists. Sending under the read lock keeps
+		// removeIfIdle (which takes the write lock) from missing this offer.
+		select {
+		case l.offers <- j:
+			d.mu.RUnlock()
+			return
+		default:
+		}
+	}
+	d.mu.RUnlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
 		return
 	}
-	l := d.laneLocked(j.ReadyLane.Upstream())
+	l = d.laneLocked(u)
 	select {
 	case l.offers <- j:
 	default:
@@ -101,9 +115,9 @@ func (d *dispatcher) laneLocked(u domain.UpstreamKey) *lane {
 // flowRate is the current rate of u's lane, or its configured ceiling when
 // it has no lane.
 func (d *dispatcher) flowRate(u domain.UpstreamKey) float64 {
-	d.mu.Lock()
+	d.mu.RLock()
 	l := d.lanes[u]
-	d.mu.Unlock()
+	d.mu.RUnlock()
 	if l == nil {
 		return d.cfg.Rates.For(u).RPS
 	}
@@ -177,8 +191,8 @@ func (d *dispatcher) removeIfIdle(l *lane) bool {
 }
 
 func (d *dispatcher) laneCount() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
 	return len(d.lanes)
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -79,9 +78,9 @@ func (d *dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
 }
 
 // startAttempt runs one attempt of j's next action on a worker and reports
-// the outcome to l. flowRate is l's pace at the start, sent to the
-// destination in the load headers.
-func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, flowRate float64) {
+// the outcome to l. flowRate is l's pace at the start as header text, sent
+// to the destination in the load headers.
+func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, flowRate []string) {
 	dispatching := j.Phase() == domain.PhaseDispatch
 	if dispatching {
 		d.markExecuting(j, true)
@@ -106,7 +105,7 @@ func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, 
 
 // dispatchAttempt sends j's request once and records what came of it. A
 // panic anywhere in here fails this job only; the lane keeps going.
-func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate float64) (o *outcome) {
+func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string) (o *outcome) {
 	n := j.Attempts + 1
 	defer func() {
 		if p := recover(); p != nil {
@@ -163,7 +162,7 @@ func (d *dispatcher) requeue(j *domain.Job, phase domain.Phase, attempts, deferr
 // deliverAttempt POSTs j's result to its webhook_url once. Retries and
 // deferrals follow the same rules as dispatch: 5xx and transport errors are
 // retried; a 429 defers.
-func (d *dispatcher) deliverAttempt(j *domain.Job, flowRate float64) (o *outcome) {
+func (d *dispatcher) deliverAttempt(j *domain.Job, flowRate []string) (o *outcome) {
 	n := j.Delivery.Attempts + 1
 	log := d.log.With(zap.String("job_id", string(j.ID)))
 	defer func() {
@@ -211,7 +210,7 @@ func (d *dispatcher) deliverAttempt(j *domain.Job, flowRate float64) (o *outcome
 // errors are retryable, any other response is final (a 429 is the caller's
 // to interpret). Every request carries the load headers and asks for ORCA
 // load reports; every response's pacing signals are parsed.
-func (d *dispatcher) send(flowRate float64, build func(ctx context.Context) (*http.Request, error)) attemptResult {
+func (d *dispatcher) send(flowRate []string, build func(ctx context.Context) (*http.Request, error)) attemptResult {
 	ctx, cancel := context.WithTimeout(d.runCtx, d.cfg.RequestTimeout)
 	defer cancel()
 	req, err := build(ctx)
@@ -257,18 +256,21 @@ var loadHeaders = [...][3]string{
 	{"X-Aquifer-Total-Jobs", "X-Aquifer-Queue-Depth", "X-Aquifer-Flow-Rate"},
 }
 
+// orcaFormatValue is shared read-only by every request.
+var orcaFormatValue = []string{orcaFormat}
+
 // decorate adds the load headers (in both namespaces) and the ORCA format
-// request, unless the job set that one itself.
-func (d *dispatcher) decorate(req *http.Request, flowRate float64) {
-	l := d.load.report(flowRate)
-	total, depth, rate := strconv.FormatInt(l.Total, 10), strconv.FormatInt(l.Depth, 10), l.FlowRateText()
+// request, unless the job set that one itself. The values are preformatted
+// slices shared by every request: net/http only reads them.
+func (d *dispatcher) decorate(req *http.Request, flowRate []string) {
+	l := d.load.snapshot()
 	for _, names := range loadHeaders {
-		req.Header[names[0]] = []string{total}
-		req.Header[names[1]] = []string{depth}
-		req.Header[names[2]] = []string{rate}
+		req.Header[names[0]] = l.totalText
+		req.Header[names[1]] = l.depthText
+		req.Header[names[2]] = flowRate
 	}
-	if req.Header.Get(hdrORCAFormat) == "" {
-		req.Header[hdrORCAFormat] = []string{orcaFormat}
+	if _, ok := req.Header[hdrORCAFormat]; !ok {
+		req.Header[hdrORCAFormat] = orcaFormatValue
 	}
 }
 

@@ -50,7 +50,8 @@ type lane struct {
 	sigMu   sync.Mutex
 	signals map[domain.LaneKey]laneSignal // guarded by sigMu; drained by run
 
-	rate atomic.Uint64 // math.Float64bits of the current rate, for readers
+	rate     atomic.Uint64 // math.Float64bits of the current rate, for readers
+	rateText []string      // the current rate as a header value; owned by run
 
 	// Owned by run.
 	pace      *pacing.Pace
@@ -89,7 +90,7 @@ func newLane(d *dispatcher, u domain.UpstreamKey) *lane {
 		gate:     pacing.NewGate(pace.MaxConcurrent()),
 		queues:   make(map[domain.LaneKey]*queue),
 	}
-	l.rate.Store(math.Float64bits(pace.RPS()))
+	l.setRate(pace.RPS())
 	return l
 }
 
@@ -125,6 +126,12 @@ func (l *lane) stats() LaneStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.snapshot
+}
+
+// setRate publishes the lane's current rate.
+func (l *lane) setRate(rps float64) {
+	l.rate.Store(math.Float64bits(rps))
+	l.rateText = []string{formatRate(rps)}
 }
 
 // flowRate is the lane's current rate, safe to read from any goroutine.
@@ -286,7 +293,7 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		j := q.pop()
 		l.gate.Acquire()
 		q.running++
-		l.d.startAttempt(l, q.key, j, l.limiter.Rate())
+		l.d.startAttempt(l, q.key, j, l.rateText)
 	}
 	return 0
 }
@@ -320,7 +327,7 @@ func (l *lane) complete(o *outcome, now time.Time) {
 		if l.pace.Observe(o.signals) {
 			l.limiter.SetRate(l.pace.RPS())
 			l.gate.SetLimit(l.pace.MaxConcurrent())
-			l.rate.Store(math.Float64bits(l.pace.RPS()))
+			l.setRate(l.pace.RPS())
 			l.log.Debug("pace changed", zap.Float64("rps", l.pace.RPS()), zap.Int("max_concurrent", l.pace.MaxConcurrent()))
 		}
 		if o.signals.ResetIn > 0 {

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -20,40 +19,45 @@ type Load struct {
 }
 
 // FlowRateText formats FlowRate with two decimals, as the headers carry it.
-func (l Load) FlowRateText() string { return strconv.FormatFloat(l.FlowRate, 'f', 2, 64) }
+func (l Load) FlowRateText() string { return formatRate(l.FlowRate) }
+
+func formatRate(r float64) string { return strconv.FormatFloat(r, 'f', 2, 64) }
 
 // loadGauge keeps the store-wide counts behind the load headers. Counting
 // per request would cost a query per dispatch; instead the counts are
 // refreshed in the background, at most once a refresh interval and only
-// while somebody reads them, and may be that much out of date.
+// while somebody reads them, and may be that much out of date. The header
+// values are formatted once per refresh.
 type loadGauge struct {
 	store ports.JobStore
 	d     *dispatcher
 	log   *zap.Logger
 
 	wanted atomic.Bool
-	mu     sync.Mutex
-	counts ports.Counts
+	now    atomic.Pointer[loadSnapshot]
+}
+
+// loadSnapshot is one refresh: the counts and their header texts.
+type loadSnapshot struct {
+	total, depth         int64
+	totalText, depthText []string // header values, shared read-only by every request
 }
 
 func newLoadGauge(store ports.JobStore, d *dispatcher, log *zap.Logger) *loadGauge {
-	return &loadGauge{store: store, d: d, log: log}
+	g := &loadGauge{store: store, d: d, log: log}
+	g.now.Store(&loadSnapshot{totalText: []string{"0"}, depthText: []string{"0"}})
+	return g
+}
+
+func (g *loadGauge) snapshot() *loadSnapshot {
+	g.wanted.Store(true)
+	return g.now.Load()
 }
 
 // report returns the current load with the given flow rate.
 func (g *loadGauge) report(flowRate float64) Load {
-	g.wanted.Store(true)
-	g.mu.Lock()
-	c := g.counts
-	g.mu.Unlock()
-	// Quick attempts are in flight only in memory (markInFlightLater): the
-	// store still counts them as queued.
-	running := int64(g.d.executingCount())
-	return Load{
-		Total:    c.Total(),
-		Depth:    max(c.Queued+c.InFlight-running, 0) + c.Deliveries,
-		FlowRate: flowRate,
-	}
+	s := g.snapshot()
+	return Load{Total: s.total, Depth: s.depth, FlowRate: flowRate}
 }
 
 // refresh reads the counts if anybody asked for them since the last refresh
@@ -69,7 +73,11 @@ func (g *loadGauge) refresh(ctx context.Context, force bool) {
 		}
 		return
 	}
-	g.mu.Lock()
-	g.counts = c
-	g.mu.Unlock()
+	// Quick attempts are in flight only in memory (markInFlightLater): the
+	// store still counts them as queued.
+	running := int64(g.d.executingCount())
+	s := &loadSnapshot{total: c.Total(), depth: max(c.Queued+c.InFlight-running, 0) + c.Deliveries}
+	s.totalText = []string{strconv.FormatInt(s.total, 10)}
+	s.depthText = []string{strconv.FormatInt(s.depth, 10)}
+	g.now.Store(s)
 }
