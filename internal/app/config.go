@@ -72,6 +72,9 @@ type Config struct {
 	// PositionInterval is how often queued jobs with subscribers hear their
 	// place in line. Default 2s.
 	PositionInterval time.Duration
+	// OrphanCheck is how often the store is asked for ready work whose owner
+	// stopped renewing its claim (only shared stores have any). Default 2s.
+	OrphanCheck time.Duration
 	// LoadRefresh is how often the counts behind the load headers are
 	// refreshed while anybody uses them. Default 1s.
 	LoadRefresh time.Duration
@@ -146,6 +149,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PositionInterval <= 0 {
 		c.PositionInterval = 2 * time.Second
+	}
+	if c.OrphanCheck <= 0 {
+		c.OrphanCheck = 2 * time.Second
 	}
 	if c.LoadRefresh <= 0 {
 		c.LoadRefresh = time.Second

@@ -28,6 +28,7 @@ func (s *Service) startBackground() *background {
 	b.every(ctx, s.d, s.cfg.SweepInterval, s.sweep)
 	b.every(ctx, s.d, s.cfg.LoadRefresh, func(ctx context.Context) { s.load.refresh(ctx, false) })
 	b.every(ctx, s.d, s.cfg.PositionInterval, s.publishPositions)
+	b.every(ctx, s.d, s.cfg.OrphanCheck, s.adoptOrphans)
 	return b
 }
 
@@ -106,5 +107,20 @@ func (s *Service) publishPositions(ctx context.Context) {
 		if pos, err := s.Position(ctx, j); err == nil {
 			s.broker.Publish(domain.Event{Type: domain.EventPosition, JobID: id, Position: pos})
 		}
+	}
+}
+
+// adoptOrphans wakes the lanes holding work whose owner stopped renewing its
+// claim (a crashed peer sharing the store), so this process takes it over.
+func (s *Service) adoptOrphans(ctx context.Context) {
+	lanes, err := s.cfg.Store.OrphanedLanes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("looking for orphaned work failed", zap.Error(err))
+		}
+		return
+	}
+	for _, l := range lanes {
+		s.d.notify(l, true)
 	}
 }

@@ -82,6 +82,14 @@ type JobStore interface {
 	// ReadyLanes returns every lane that has at least one job waiting in it.
 	ReadyLanes(ctx context.Context) ([]domain.LaneKey, error)
 
+	// OrphanedLanes returns the lanes holding ready work that no live process
+	// owns. A store shared by several processes (Postgres) gives each ready
+	// job an owner — the process that inserted or read it — for a lease it
+	// renews; when an owner stops renewing, its work becomes orphaned and
+	// any process may take it over by reading it (ListReady claims what it
+	// returns). A store only one process can open returns none.
+	OrphanedLanes(ctx context.Context) ([]domain.LaneKey, error)
+
 	// RecoverInFlight sets every in_flight job back to queued and returns how
 	// many it changed. Called once at start-up, before any dispatch.
 	RecoverInFlight(ctx context.Context) (int, error)

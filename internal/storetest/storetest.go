@@ -51,6 +51,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		{"ListReadyIsCommitOrderedPaging", testListReady},
 		{"SeqFollowsCommitOrder", testSeqCommitOrder},
 		{"ReadyLanes", testReadyLanes},
+		{"OwnWorkIsNotOrphaned", testNotOrphaned},
 		{"RecoverInFlight", testRecoverInFlight},
 		{"ResetStale", testResetStale},
 		{"PurgeExpiredInBatches", testPurge},
@@ -626,5 +627,13 @@ func testDeferrals(t *testing.T, s ports.JobStore) {
 	}
 	if got := mustGet(t, s, j.ID); got.Deferrals != 2 {
 		t.Fatalf("delivery deferrals = %d, want 2", got.Deferrals)
+	}
+}
+
+func testNotOrphaned(t *testing.T, s ports.JobStore) {
+	mustInsert(t, s, NewJob("u", "mine", "a.test:80"))
+	lanes, err := s.OrphanedLanes(ctx(t))
+	if err != nil || len(lanes) != 0 {
+		t.Fatalf("OrphanedLanes = %v, %v; a job this store just took is not orphaned", lanes, err)
 	}
 }

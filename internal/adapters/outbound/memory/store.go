@@ -258,6 +258,10 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 	return out, nil
 }
 
+// OrphanedLanes implements ports.JobStore: only this process uses the
+// store, so nothing is ever orphaned.
+func (s *Store) OrphanedLanes(context.Context) ([]domain.LaneKey, error) { return nil, nil }
+
 // ReadyLanes implements ports.JobStore.
 func (s *Store) ReadyLanes(_ context.Context) ([]domain.LaneKey, error) {
 	s.mu.Lock()

@@ -424,6 +424,10 @@ func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*dom
 	return collect(rows)
 }
 
+// OrphanedLanes implements ports.JobStore: only this process uses the
+// store, so nothing is ever orphaned.
+func (s *Store) OrphanedLanes(context.Context) ([]domain.LaneKey, error) { return nil, nil }
+
 // ReadyLanes implements ports.JobStore.
 func (s *Store) ReadyLanes(ctx context.Context) ([]domain.LaneKey, error) {
 	rows, err := s.rdb.QueryContext(ctx, "SELECT DISTINCT ready_lane FROM jobs WHERE ready_lane != ''")
