@@ -27,8 +27,10 @@ test: ## go vet + the whole suite with the race detector
 test/short: ## quick run without the race detector or the slow end-to-end tests
 	$(GO) test -short -count=1 ./...
 
-bench: build ## run cmd/aquifer-bench against a freshly started aquiferd (see docs/BENCHMARKS.md)
-	./$(BIN)/aquifer-bench -aquiferd ./$(BIN)/aquiferd $(BENCH_ARGS)
+STORE ?= sqlite
+
+bench: build ## run cmd/aquifer-bench against a freshly started aquiferd; STORE=sqlite|pebble|postgres (or a list), BENCH_ARGS=…
+	./$(BIN)/aquifer-bench -aquiferd ./$(BIN)/aquiferd -store $(STORE) $(BENCH_ARGS)
 
 lint: ## gofmt, go vet and the architecture rules
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -13,15 +13,19 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // daemon is an aquiferd process started for one scenario.
 type daemon struct {
-	url  string
-	cmd  *exec.Cmd
-	dir  string
-	keep bool
-	logs *bytes.Buffer
+	url    string
+	cmd    *exec.Cmd
+	dir    string
+	keep   bool
+	logs   *bytes.Buffer
+	schema string // Postgres schema to drop when done
+	dsn    string
 }
 
 type upstreamRate struct {
@@ -54,10 +58,18 @@ func startDaemon(ctx context.Context, o options, rates []upstreamRate) (*daemon,
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, o.aquiferd)
-	cmd.Env = append(os.Environ(),
+	var schema string
+	storeEnv := []string{"DB_PATH=" + filepath.Join(dir, "data", "aquifer.db")}
+	switch o.store {
+	case "pebble":
+		storeEnv = []string{"DB_PATH=" + filepath.Join(dir, "pebble")}
+	case "postgres":
+		schema = "aqbench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		storeEnv = []string{"AQUIFER_POSTGRES_DSN=" + o.pgDSN, "AQUIFER_POSTGRES_SCHEMA=" + schema}
+	}
+	cmd.Env = append(append(os.Environ(), storeEnv...),
 		"PORT="+strconv.Itoa(port),
 		"AQUIFER_HOST=127.0.0.1",
-		"DB_PATH="+filepath.Join(dir, "data", "aquifer.db"),
 		"CONFIG_PATH="+cfgPath,
 		"AQUIFER_SQLITE_SYNC="+o.sync,
 		"AQUIFER_STORE_BACKEND="+o.store,
@@ -69,7 +81,8 @@ func startDaemon(ctx context.Context, o options, rates []upstreamRate) (*daemon,
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", o.aquiferd, err)
 	}
-	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, dir: dir, keep: o.keep, logs: logs}
+	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, dir: dir, keep: o.keep, logs: logs,
+		schema: schema, dsn: o.pgDSN}
 	if err := d.waitHealthy(ctx, 15*time.Second); err != nil {
 		d.stop()
 		return nil, fmt.Errorf("%w\n%s", err, logs.String())
@@ -136,6 +149,9 @@ func (d *daemon) stop() {
 	if d.dir != "" && !d.keep {
 		os.RemoveAll(d.dir)
 	}
+	if d.schema != "" && !d.keep {
+		dropSchema(d.dsn, d.schema)
+	}
 }
 
 func freePort() (int, error) {
@@ -175,4 +191,19 @@ func (d *daemon) cpuTime() time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ is 100 on Linux
+}
+
+// dropSchema removes a Postgres schema the bench created.
+func dropSchema(dsn, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aquifer-bench: dropping schema %s: %v\n", schema, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		fmt.Fprintf(os.Stderr, "aquifer-bench: dropping schema %s: %v\n", schema, err)
+	}
 }

@@ -42,6 +42,8 @@ type options struct {
 	keep      bool
 	quiet     bool
 
+	pgDSN string
+
 	pacingSeconds float64
 	flood         int
 	quiet5        int
@@ -65,7 +67,9 @@ func main() {
 	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
 	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness (comma-separated) or all")
 	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
-	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon")
+	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon: sqlite, pebble or postgres; a comma-separated list runs each scenario on each")
+	flag.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
+		"Postgres for -store postgres (each scenario gets a fresh schema, dropped afterwards)")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for a scenario after this long")
 	flag.IntVar(&o.bodyBytes, "body", 64, "bytes of request body per job")
 	flag.BoolVar(&o.keep, "keep", false, "keep the daemon's data directories")
@@ -98,31 +102,47 @@ func run(ctx context.Context, o options) error {
 		paced    []pacingResult
 		fairness []fairnessResult
 	)
+	stores := strings.Split(o.store, ",")
 	for _, s := range o.scenarios {
-		var (
-			r   []result
-			err error
-		)
-		switch s {
-		case "pacing":
-			paced, err = runPacing(ctx, o)
-		case "fairness":
-			fairness, err = runFairness(ctx, o)
-		case "ceiling":
-			r, err = runCeiling(ctx, o)
-		case "ingest":
-			r, err = runIngest(ctx, o)
-		case "e2e":
-			r, err = runE2E(ctx, o)
-		case "backlog":
-			r, err = runBacklog(ctx, o)
-		default:
-			return fmt.Errorf("unknown scenario %q", s)
+		if s == "ceiling" { // the same for every store: once
+			r, err := runCeiling(ctx, o)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+			results = append(results, r...)
+			continue
 		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", s, err)
+		for _, store := range stores {
+			o := o
+			o.store = strings.TrimSpace(store)
+			var (
+				r   []result
+				err error
+			)
+			switch s {
+			case "pacing":
+				paced, err = runPacing(ctx, o)
+			case "fairness":
+				fairness, err = runFairness(ctx, o)
+			case "ingest":
+				r, err = runIngest(ctx, o)
+			case "e2e":
+				r, err = runE2E(ctx, o)
+			case "backlog":
+				r, err = runBacklog(ctx, o)
+			default:
+				return fmt.Errorf("unknown scenario %q", s)
+			}
+			if err != nil {
+				return fmt.Errorf("%s on %s: %w", s, o.store, err)
+			}
+			if len(stores) > 1 {
+				for i := range r {
+					r[i].scenario = o.store + ": " + r[i].scenario
+				}
+			}
+			results = append(results, r...)
 		}
-		results = append(results, r...)
 	}
 	if len(results) > 0 {
 		printTable(os.Stdout, results)

@@ -39,12 +39,20 @@ type Config struct {
 	// Host and Port the HTTP listener binds ("" = all interfaces).
 	Host string
 	Port int
-	// DBPath is the SQLite file (or, for directory-based backends, the directory).
+	// DBPath is the SQLite file, or the Pebble directory.
 	DBPath string
 	// ConfigPath is the YAML file the settings were read from ("" if none).
 	ConfigPath string
-	// StoreBackend selects the JobStore: "sqlite".
+	// StoreBackend selects the JobStore: "sqlite", "pebble" or "postgres".
 	StoreBackend string
+	// PebbleWALSyncInterval is Pebble's WAL group-commit interval.
+	PebbleWALSyncInterval time.Duration
+	// PostgresDSN is the Postgres connection string (postgres backend).
+	PostgresDSN string
+	// PostgresSchema, if set, is the schema Aquifer's tables live in.
+	PostgresSchema string
+	// InstanceID names this process among several sharing a Postgres store.
+	InstanceID string
 	// SQLiteSync is the SQLite durability level: "full" or "normal".
 	SQLiteSync string
 	// MaxBodyBytes limits request bodies (413 above it); 0 disables.
@@ -97,7 +105,7 @@ var Settings = []Setting{
 		apply: func(c *Config, v string) (err error) { c.Port, err = parseInt(v, 1, 65535); return }},
 	{Key: "host", Env: "AQUIFER_HOST", Default: "", Doc: "Interface the HTTP listener binds; empty means all.",
 		apply: func(c *Config, v string) error { c.Host = v; return nil }},
-	{Key: "db_path", Env: "DB_PATH", Default: "aquifer.db", Doc: "SQLite database file. Its directory is created if missing.",
+	{Key: "db_path", Env: "DB_PATH", Default: "aquifer.db", Doc: "SQLite database file, or the Pebble directory. Its parent directory is created if missing.",
 		apply: func(c *Config, v string) error {
 			if v == "" {
 				return errors.New("must not be empty")
@@ -106,7 +114,34 @@ var Settings = []Setting{
 			return nil
 		}},
 	{Key: "store.backend", Env: "AQUIFER_STORE_BACKEND", Default: "sqlite", Doc: "Job store backend: sqlite.",
-		apply: func(c *Config, v string) (err error) { c.StoreBackend, err = oneOf(v, "sqlite"); return }},
+		apply: func(c *Config, v string) (err error) {
+			c.StoreBackend, err = oneOf(v, "sqlite", "pebble", "postgres")
+			return
+		}},
+	{Key: "store.pebble_wal_sync_interval_ms", Env: "AQUIFER_PEBBLE_WAL_SYNC_INTERVAL_MS", Default: "5",
+		Doc: "Pebble only: the least time between WAL fsyncs in milliseconds; writes arriving meanwhile share the next fsync. 0 = none.",
+		apply: func(c *Config, v string) error {
+			n, err := parseInt(v, 0, 1000)
+			c.PebbleWALSyncInterval = time.Duration(n) * time.Millisecond
+			return err
+		}},
+	{Key: "store.postgres_dsn", Env: "AQUIFER_POSTGRES_DSN", Default: "",
+		Doc:   "Postgres only: the connection string (postgres://user:pass@host:5432/db?sslmode=...). DATABASE_URL is read when this is unset.",
+		apply: func(c *Config, v string) error { c.PostgresDSN = v; return nil }},
+	{Key: "store.postgres_schema", Env: "AQUIFER_POSTGRES_SCHEMA", Default: "",
+		Doc: "Postgres only: the schema for Aquifer's tables (created if missing); empty uses the connection's search_path.",
+		apply: func(c *Config, v string) error {
+			for _, r := range v {
+				if !(r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+					return fmt.Errorf("%q: use lower-case letters, digits and _", v)
+				}
+			}
+			c.PostgresSchema = v
+			return nil
+		}},
+	{Key: "instance_id", Env: "AQUIFER_INSTANCE_ID", Default: "",
+		Doc:   "This process's name among several sharing a Postgres store; must be unique and stable across restarts. Empty: <hostname>:<port>.",
+		apply: func(c *Config, v string) error { c.InstanceID = v; return nil }},
 	{Key: "store.sqlite_sync", Env: "AQUIFER_SQLITE_SYNC", Default: "full",
 		Doc:   "SQLite durability: full (every accepted job survives power loss) or normal (survives a process crash; the last commits can be lost on power loss; faster).",
 		apply: func(c *Config, v string) (err error) { c.SQLiteSync, err = oneOf(v, "full", "normal"); return }},
@@ -207,10 +242,32 @@ func Load(lookup LookupEnv) (*Config, error) {
 	if err := loadRates(v, &cfg.Rates); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, cfg.finish(lookup)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return cfg, nil
+}
+
+// finish derives defaults that depend on other settings and checks
+// settings that only make sense together.
+func (c *Config) finish(lookup LookupEnv) []error {
+	var errs []error
+	if c.StoreBackend == "postgres" && c.PostgresDSN == "" {
+		if url, ok := lookup("DATABASE_URL"); ok && url != "" {
+			c.PostgresDSN = url
+		} else {
+			errs = append(errs, errors.New("AQUIFER_STORE_BACKEND=postgres needs AQUIFER_POSTGRES_DSN (or DATABASE_URL)"))
+		}
+	}
+	if c.InstanceID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "aquiferd"
+		}
+		c.InstanceID = fmt.Sprintf("%s:%d", host, c.Port)
+	}
+	return errs
 }
 
 // yamlScalar renders a YAML value as the text an environment variable would

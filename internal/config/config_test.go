@@ -78,24 +78,26 @@ func TestLoadDefaults(t *testing.T) {
 			t.Parallel()
 			cfg := mustLoad(t, envOf(env))
 			want := &config.Config{
-				Host:             "",
-				Port:             8080,
-				DBPath:           "aquifer.db",
-				ConfigPath:       "",
-				StoreBackend:     "sqlite",
-				SQLiteSync:       "full",
-				MaxBodyBytes:     1048576,
-				DBMaxBytes:       838860800,
-				RetryAfter:       5 * time.Second,
-				RequestTimeout:   30 * time.Second,
-				MaxResponseBytes: 1048576,
-				ShutdownTimeout:  30 * time.Second,
-				LaneWindow:       256,
-				LogLevel:         "info",
-				LogFormat:        "json",
-				Adapters:         []string{"http"},
-				DebugAddr:        "",
-				Rates:            config.Rates{Defaults: domain.Rate{RPS: 2, MaxConcurrent: 1}},
+				Host:                  "",
+				Port:                  8080,
+				DBPath:                "aquifer.db",
+				ConfigPath:            "",
+				StoreBackend:          "sqlite",
+				SQLiteSync:            "full",
+				MaxBodyBytes:          1048576,
+				PebbleWALSyncInterval: 5 * time.Millisecond,
+				InstanceID:            hostname(t) + ":8080",
+				DBMaxBytes:            838860800,
+				RetryAfter:            5 * time.Second,
+				RequestTimeout:        30 * time.Second,
+				MaxResponseBytes:      1048576,
+				ShutdownTimeout:       30 * time.Second,
+				LaneWindow:            256,
+				LogLevel:              "info",
+				LogFormat:             "json",
+				Adapters:              []string{"http"},
+				DebugAddr:             "",
+				Rates:                 config.Rates{Defaults: domain.Rate{RPS: 2, MaxConcurrent: 1}},
 			}
 			if !reflect.DeepEqual(cfg, want) {
 				t.Fatalf("defaults:\n got %+v\nwant %+v", cfg, want)
@@ -238,7 +240,10 @@ func TestLoadEnvErrors(t *testing.T) {
 		{"port negative", map[string]string{"PORT": "-1"}, "PORT: -1 is out of range [1, 65535]"},
 		{"port too large", map[string]string{"PORT": "65536"}, "PORT: 65536 is out of range [1, 65535]"},
 		{"db path empty", map[string]string{"DB_PATH": "  "}, "DB_PATH: must not be empty"},
-		{"backend unknown", map[string]string{"AQUIFER_STORE_BACKEND": "postgres"}, `AQUIFER_STORE_BACKEND: "postgres" is not one of sqlite`},
+		{"backend unknown", map[string]string{"AQUIFER_STORE_BACKEND": "mysql"}, `AQUIFER_STORE_BACKEND: "mysql" is not one of sqlite, pebble, postgres`},
+		{"postgres without a DSN", map[string]string{"AQUIFER_STORE_BACKEND": "postgres"}, `AQUIFER_STORE_BACKEND=postgres needs AQUIFER_POSTGRES_DSN (or DATABASE_URL)`},
+		{"pebble interval negative", map[string]string{"AQUIFER_PEBBLE_WAL_SYNC_INTERVAL_MS": "-1"}, `AQUIFER_PEBBLE_WAL_SYNC_INTERVAL_MS: -1 is out of range`},
+		{"postgres schema with a quote", map[string]string{"AQUIFER_POSTGRES_SCHEMA": `x"; drop`}, `AQUIFER_POSTGRES_SCHEMA: "x\"; drop": use lower-case letters, digits and _`},
 		{"sqlite sync unknown", map[string]string{"AQUIFER_SQLITE_SYNC": "off"}, `AQUIFER_SQLITE_SYNC: "off" is not one of full, normal`},
 		{"max body negative", map[string]string{"AQUIFER_MAX_BODY_BYTES": "-1"}, "AQUIFER_MAX_BODY_BYTES: -1 is below the minimum 0"},
 		{"max body not integer", map[string]string{"AQUIFER_MAX_BODY_BYTES": "1MB"}, `AQUIFER_MAX_BODY_BYTES: "1MB" is not an integer`},
@@ -614,5 +619,28 @@ func TestLoadAdapterAsYAMLList(t *testing.T) {
 	cfg, err := loadYAML(t, "adapter: [http]\n", nil)
 	if err != nil || len(cfg.Adapters) != 1 || cfg.Adapters[0] != "http" {
 		t.Fatalf("adapter list: %+v, %v", cfg, err)
+	}
+}
+
+func hostname(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestLoadPostgresSettings(t *testing.T) {
+	t.Parallel()
+	cfg := mustLoad(t, envOf(map[string]string{"AQUIFER_STORE_BACKEND": "postgres",
+		"DATABASE_URL": "postgres://u@db:5432/x", "AQUIFER_INSTANCE_ID": "node-a", "AQUIFER_POSTGRES_SCHEMA": "aq_1"}))
+	if cfg.PostgresDSN != "postgres://u@db:5432/x" || cfg.InstanceID != "node-a" || cfg.PostgresSchema != "aq_1" {
+		t.Fatalf("postgres settings = %+v", cfg)
+	}
+	cfg = mustLoad(t, envOf(map[string]string{"AQUIFER_STORE_BACKEND": "postgres",
+		"AQUIFER_POSTGRES_DSN": "postgres://a@h/db", "DATABASE_URL": "postgres://b@h/db", "PORT": "9090"}))
+	if cfg.PostgresDSN != "postgres://a@h/db" || cfg.InstanceID != hostname(t)+":9090" {
+		t.Fatalf("AQUIFER_POSTGRES_DSN must win over DATABASE_URL: %+v", cfg)
 	}
 }
