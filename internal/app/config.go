@@ -75,6 +75,9 @@ type Config struct {
 	// OrphanCheck is how often the store is asked for ready work whose owner
 	// stopped renewing its claim (only shared stores have any). Default 2s.
 	OrphanCheck time.Duration
+	// PoolSweep is how often pool members are checked for missed
+	// heartbeats and sustained failure. Default 5s.
+	PoolSweep time.Duration
 	// LoadRefresh is how often the counts behind the load headers are
 	// refreshed while anybody uses them. Default 1s.
 	LoadRefresh time.Duration
@@ -152,6 +155,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.OrphanCheck <= 0 {
 		c.OrphanCheck = 2 * time.Second
+	}
+	if c.PoolSweep <= 0 {
+		c.PoolSweep = 5 * time.Second
 	}
 	if c.LoadRefresh <= 0 {
 		c.LoadRefresh = time.Second

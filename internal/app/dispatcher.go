@@ -19,6 +19,7 @@ type dispatcher struct {
 	log    *zap.Logger
 	broker *Broker
 	load   *loadGauge
+	pools  *pools
 
 	mu       sync.RWMutex // guards lanes, started, stopping
 	lanes    map[domain.UpstreamKey]*lane
@@ -110,6 +111,16 @@ func (d *dispatcher) laneLocked(u domain.UpstreamKey) *lane {
 		}
 	}
 	return l
+}
+
+// poolChanged wakes a pool's lane: a member registered or freed a slot.
+func (d *dispatcher) poolChanged(poolID string) {
+	d.mu.RLock()
+	l := d.lanes[domain.PoolUpstream(poolID)]
+	d.mu.RUnlock()
+	if l != nil {
+		l.poke()
+	}
 }
 
 // flowRate is the current rate of u's lane, or its configured ceiling when

@@ -39,6 +39,9 @@ type outcome struct {
 	status   int            // HTTP status of the response (0: none)
 	signals  pacing.Signals // pacing signals the response carried
 	observed bool           // a response was obtained and its signals are meaningful
+	failed   bool           // a transport error or 5xx: a reliability signal for a pool member
+	member   string         // the pool member the attempt went to ("" for a URL)
+	deferTo  time.Time      // a 429 asked to wait until then
 }
 
 // attemptResult is what one HTTP exchange produced.
@@ -54,6 +57,7 @@ func (ar attemptResult) status() int { return ar.result.ResponseStatus }
 // report copies what the lane needs to know about the response into o.
 func (o *outcome) report(ar attemptResult) *outcome {
 	o.status, o.signals, o.observed = ar.status(), ar.signals, ar.observed
+	o.failed = !ar.observed || ar.status() >= 500
 	return o
 }
 
@@ -80,7 +84,9 @@ func (d *dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
 // startAttempt runs one attempt of j's next action on a worker and reports
 // the outcome to l. flowRate is l's pace at the start as header text, sent
 // to the destination in the load headers.
-func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, flowRate []string) {
+//
+// For pool work, member is the chosen member and target its address.
+func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, flowRate []string, member, target string) {
 	dispatching := j.Phase() == domain.PhaseDispatch
 	if dispatching {
 		d.markExecuting(j, true)
@@ -90,12 +96,15 @@ func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, 
 		defer d.attemptsWG.Done()
 		var o *outcome
 		if dispatching {
-			o = d.dispatchAttempt(j, flowRate)
+			if target == "" {
+				target = j.URL
+			}
+			o = d.dispatchAttempt(j, flowRate, target)
 			d.markExecuting(j, false)
 		} else {
 			o = d.deliverAttempt(j, flowRate)
 		}
-		o.queue = queue
+		o.queue, o.member = queue, member
 		select {
 		case l.done <- o:
 		case <-l.quit: // the lane stopped; its state is gone anyway
@@ -105,7 +114,7 @@ func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, 
 
 // dispatchAttempt sends j's request once and records what came of it. A
 // panic anywhere in here fails this job only; the lane keeps going.
-func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string) (o *outcome) {
+func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string, target string) (o *outcome) {
 	n := j.Attempts + 1
 	defer func() {
 		if p := recover(); p != nil {
@@ -118,13 +127,19 @@ func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string) (o *outco
 	if n == 1 && j.Deferrals == 0 {
 		d.broker.Publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: n})
 	}
-	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) { return buildRequest(ctx, j, j.URL) })
+	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) { return buildRequest(ctx, j, target) })
 	stopMark()
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
 	}
 	if until, ok := d.deferral(ar, j.Deferrals); ok {
-		return d.requeue(j, domain.PhaseDispatch, j.Attempts, j.Deferrals+1, ar, outcomeDeferred, until)
+		at := until
+		if j.PoolID != "" {
+			at = d.cfg.Clock.Now() // another member can take it now; the one that said 429 waits
+		}
+		o := d.requeue(j, domain.PhaseDispatch, j.Attempts, j.Deferrals+1, ar, outcomeDeferred, at)
+		o.deferTo = until
+		return o
 	}
 	if ar.retryable && n < d.cfg.Retry.Attempts {
 		return d.requeue(j, domain.PhaseDispatch, n, j.Deferrals, ar, outcomeRetry, d.cfg.Clock.Now().Add(d.retryDelay(n, ar)))

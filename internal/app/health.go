@@ -9,11 +9,12 @@ import (
 // Health is the /health document (BEHAVIOR.md §7, plus store health).
 type Health struct {
 	// Status is "ok" when the store answers, "degraded" otherwise.
-	Status    string           `json:"status"`
-	Store     StoreHealth      `json:"store"`
-	Jobs      JobCounts        `json:"jobs"`
-	Lanes     []LaneHealth     `json:"lanes"`
-	Admission *AdmissionHealth `json:"admission,omitempty"`
+	Status    string                `json:"status"`
+	Store     StoreHealth           `json:"store"`
+	Jobs      JobCounts             `json:"jobs"`
+	Lanes     []LaneHealth          `json:"lanes"`
+	Admission *AdmissionHealth      `json:"admission,omitempty"`
+	Pools     map[string]PoolHealth `json:"pools"`
 }
 
 // StoreHealth reports whether the store answers, and how fast.
@@ -70,5 +71,6 @@ func (s *Service) Health(ctx context.Context) *Health {
 	}
 	sort.Slice(h.Lanes, func(i, j int) bool { return h.Lanes[i].Lane < h.Lanes[j].Lane })
 	h.Admission = s.adm.health(ctx, s.cfg.MaxBodyBytes)
+	h.Pools = s.pools.snapshot()
 	return h
 }

@@ -116,6 +116,14 @@ func (l *lane) signal(key domain.LaneKey, rewind bool, floor int64) {
 	}
 }
 
+// poke wakes the lane to look at its work again (pool capacity changed).
+func (l *lane) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (l *lane) pendingSignals() bool {
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
@@ -197,7 +205,7 @@ func (l *lane) run(ctx context.Context) {
 func (l *lane) queue(key domain.LaneKey) *queue {
 	q := l.queues[key]
 	if q == nil {
-		q = &queue{key: key, inMem: make(map[int64]struct{}), stale: true}
+		q = &queue{key: key, inMem: make(map[int64]struct{}), avoid: make(map[int64]string), stale: true}
 		l.queues[key] = q
 		l.order = append(l.order, q)
 	}
@@ -279,23 +287,53 @@ func (l *lane) fetched(f *fetchResult, now time.Time) {
 // queues in turn. It returns how long until the limiter allows the next start
 // (0 if not waiting on the limiter).
 func (l *lane) dispatchReady(now time.Time) time.Duration {
-	if l.upstream.IsPool() {
-		return 0 // pool jobs wait until pools exist; they stay queued
+	poolID := l.upstream.PoolID()
+	if poolID != "" && !l.followPool(poolID) {
+		return 0 // no members: the jobs wait; a registration wakes the lane
 	}
 	for l.gate.Open() {
 		q := l.pick(now)
 		if q == nil {
 			return 0
 		}
+		var member, target string
+		if poolID != "" && q.window[0].Phase() == domain.PhaseDispatch {
+			id, addr, wait, ok := l.d.pools.pick(poolID, q.avoid[q.window[0].ReadySeq])
+			if !ok {
+				return wait // every member paused or busy: a completion or a pause's end wakes the lane
+			}
+			member, target = id, addr
+		}
 		if wait := l.limiter.Take(now); wait > 0 {
+			if member != "" {
+				l.d.pools.unpick(poolID, member)
+			}
 			return wait + pacing.Jitter(l.limiter.Interval(), l.d.cfg.Rand)
 		}
 		j := q.pop()
 		l.gate.Acquire()
 		q.running++
-		l.d.startAttempt(l, q.key, j, l.rateText)
+		l.d.startAttempt(l, q.key, j, l.rateText, member, target)
 	}
 	return 0
+}
+
+// followPool sets a pool lane's ceiling to the pool's live capacity: the sum
+// of its members' effective rates and concurrency. It reports whether the
+// pool has members.
+func (l *lane) followPool(poolID string) bool {
+	rps, conc, members := l.d.pools.capacity(poolID)
+	if members == 0 || rps <= 0 || conc <= 0 {
+		return false
+	}
+	if rps != l.limiter.Rate() || conc != l.gate.Limit() {
+		l.pace.SetCeiling(rps, conc)
+		l.pace.Restore(rps, conc)
+		l.limiter.SetRate(rps)
+		l.gate.SetLimit(conc)
+		l.setRate(rps)
+	}
+	return true
 }
 
 // pick returns the next queue, round-robin, that has work ready and is not
@@ -323,6 +361,21 @@ func (l *lane) complete(o *outcome, now time.Time) {
 	l.gate.Release()
 	q := l.queue(o.queue)
 	q.running--
+	if o.member != "" {
+		// Pool work: the signals and pauses belong to the member that
+		// answered, not to the pool's lane; a retry avoids that member.
+		l.d.pools.record(l.upstream.PoolID(), o.member, memberOutcome{failed: o.failed, status: o.status,
+			signals: o.signals, observed: o.observed, deferTo: o.deferTo})
+		switch o.kind {
+		case outcomeRetry, outcomeDeferred:
+			q.avoid[o.job.ReadySeq] = o.member
+			heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
+		default:
+			delete(q.inMem, o.job.ReadySeq)
+			delete(q.avoid, o.job.ReadySeq)
+		}
+		return
+	}
 	if o.observed {
 		if l.pace.Observe(o.signals) {
 			l.limiter.SetRate(l.pace.RPS())
@@ -409,6 +462,7 @@ type queue struct {
 	window       []*domain.Job      // ready work, FIFO
 	delayed      delayHeap          // work waiting out a retry backoff or a deferral
 	inMem        map[int64]struct{} // ReadySeq of work in the window, delayed or running
+	avoid        map[int64]string   // pool work: the member its last attempt failed on
 	cursor       int64
 	fetched      int64
 	stale        bool // the store may hold ready work not read yet

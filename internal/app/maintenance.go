@@ -29,6 +29,7 @@ func (s *Service) startBackground() *background {
 	b.every(ctx, s.d, s.cfg.LoadRefresh, func(ctx context.Context) { s.load.refresh(ctx, false) })
 	b.every(ctx, s.d, s.cfg.PositionInterval, s.publishPositions)
 	b.every(ctx, s.d, s.cfg.OrphanCheck, s.adoptOrphans)
+	b.every(ctx, s.d, s.cfg.PoolSweep, s.sweepPools)
 	return b
 }
 
@@ -122,5 +123,13 @@ func (s *Service) adoptOrphans(ctx context.Context) {
 	}
 	for _, l := range lanes {
 		s.d.notify(l, true)
+	}
+}
+
+// sweepPools evicts pool members that stopped heartbeating or sat at the
+// reputation floor too long.
+func (s *Service) sweepPools(context.Context) {
+	for _, m := range s.pools.sweep() {
+		s.log.Warn("pool member evicted", zap.String("member", m))
 	}
 }

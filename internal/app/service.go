@@ -21,6 +21,7 @@ type Service struct {
 	d      *dispatcher
 	load   *loadGauge
 	adm    *admission
+	pools  *pools
 
 	// modes holds each upstream's account-queue mode (true: one queue per
 	// tenant). It lives as long as the process, not the lane.
@@ -48,6 +49,8 @@ func New(cfg Config) (*Service, error) {
 	s.load = newLoadGauge(cfg.Store, s.d, s.log)
 	s.d.load = s.load
 	s.adm = newAdmission(cfg.Admission, cfg.Store, cfg.Clock)
+	s.pools = newPools(cfg.Clock.Now, s.d.poolChanged)
+	s.d.pools = s.pools
 	return s, nil
 }
 
@@ -226,3 +229,31 @@ func storeErr(what string, err error) error {
 	}
 	return domain.Unavailable(what+" failed", err)
 }
+
+// RegisterMember adds a member to a pool, or records its heartbeat when it
+// is already there (BEHAVIOR.md §8). It reports whether the member is new.
+// Pool membership lives in memory: after a restart, members rejoin with
+// their next heartbeat, and pool jobs wait for them.
+func (s *Service) RegisterMember(_ context.Context, r *domain.MemberRegistration) (bool, error) {
+	if err := r.Validate(); err != nil {
+		return false, err
+	}
+	created := s.pools.register(r)
+	if created {
+		s.log.Info("pool member joined", zap.String("pool", r.PoolID), zap.String("member", r.MemberID),
+			zap.Float64("capacity_rps", r.CapacityRPS))
+	}
+	return created, nil
+}
+
+// LeaveMember removes a member from a pool (graceful leave).
+func (s *Service) LeaveMember(_ context.Context, poolID, memberID string) error {
+	if err := s.pools.leave(poolID, memberID); err != nil {
+		return err
+	}
+	s.log.Info("pool member left", zap.String("pool", poolID), zap.String("member", memberID))
+	return nil
+}
+
+// Pools describes every pool and its members.
+func (s *Service) Pools() map[string]PoolHealth { return s.pools.snapshot() }

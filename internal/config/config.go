@@ -53,6 +53,8 @@ type Config struct {
 	PostgresSchema string
 	// InstanceID names this process among several sharing a Postgres store.
 	InstanceID string
+	// PoolToken, when set, guards the pool endpoints (Bearer token).
+	PoolToken string
 	// SQLiteSync is the SQLite durability level: "full" or "normal".
 	SQLiteSync string
 	// MaxBodyBytes limits request bodies (413 above it); 0 disables.
@@ -180,6 +182,9 @@ var Settings = []Setting{
 		}},
 	{Key: "log.format", Env: "AQUIFER_LOG_FORMAT", Default: "json", Doc: "Log format: json or console.",
 		apply: func(c *Config, v string) (err error) { c.LogFormat, err = oneOf(v, "json", "console"); return }},
+	{Key: "pools.token", Env: "AQUIFER_POOL_TOKEN", Default: "",
+		Doc:   "If set, pool registration, heartbeat, leave and listing require Authorization: Bearer <token>. Set it whenever untrusted clients can reach Aquifer.",
+		apply: func(c *Config, v string) error { c.PoolToken = v; return nil }},
 	{Key: "debug_addr", Env: "AQUIFER_DEBUG_ADDR", Default: "",
 		Doc:   "If set (e.g. 127.0.0.1:6060), serve Go's pprof profiling handlers there. Never expose it publicly.",
 		apply: func(c *Config, v string) error { c.DebugAddr = v; return nil }},

@@ -68,6 +68,15 @@ func (k UpstreamKey) Host() (hostPort, host string) {
 // IsPool reports whether the key names a pool.
 func (k UpstreamKey) IsPool() bool { return strings.HasPrefix(string(k), "pool:") }
 
+// PoolID returns the pool's id for a pool key, "" otherwise.
+func (k UpstreamKey) PoolID() string {
+	id, ok := strings.CutPrefix(string(k), "pool:")
+	if !ok {
+		return ""
+	}
+	return id
+}
+
 // LaneKey identifies one paced dispatch queue: an upstream, optionally split
 // per tenant ("<upstream>|<tenant hash>") when account queues are on.
 type LaneKey string

@@ -100,7 +100,11 @@ func accountQueueMode(h http.Header) domain.AccountQueueMode {
 // decodeBody reads one JSON object from the body under the size limit. On
 // failure it writes the error response and returns false.
 func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, dst any) bool {
-	limit := h.opts.MaxBodyBytes
+	return h.decodeBodyLimit(w, r, dst, h.opts.MaxBodyBytes)
+}
+
+// decodeBodyLimit is decodeBody with an explicit limit (0: none).
+func (h *Handler) decodeBodyLimit(w http.ResponseWriter, r *http.Request, dst any, limit int64) bool {
 	if limit > 0 {
 		if r.ContentLength > limit {
 			writeTooLarge(w, limit)

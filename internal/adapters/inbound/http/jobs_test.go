@@ -61,6 +61,7 @@ type envOptions struct {
 	hosts     map[string]domain.Rate // app.RateTable.Hosts
 	pingErr   error                  // make the store's Ping fail
 	admission app.AdmissionConfig    // app.Config.Admission
+	poolToken string                 // httpapi.Options.PoolToken
 }
 
 type env struct {
@@ -88,7 +89,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err := svc.Start(context.Background()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	h := httpapi.New(svc, httpapi.Options{MaxBodyBytes: o.maxBody, KeepAlive: o.keepAlive})
+	h := httpapi.New(svc, httpapi.Options{MaxBodyBytes: o.maxBody, KeepAlive: o.keepAlive, PoolToken: o.poolToken})
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		h.CloseStreams()

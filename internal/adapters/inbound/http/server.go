@@ -24,6 +24,9 @@ type Core interface {
 	Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *app.Subscription, error)
 	Position(ctx context.Context, j *domain.Job) (int, error)
 	Health(ctx context.Context) *app.Health
+	RegisterMember(ctx context.Context, r *domain.MemberRegistration) (bool, error)
+	LeaveMember(ctx context.Context, poolID, memberID string) error
+	Pools() map[string]app.PoolHealth
 }
 
 var _ Core = (*app.Service)(nil)
@@ -34,6 +37,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// KeepAlive is the SSE keep-alive comment interval. Default 30s.
 	KeepAlive time.Duration
+	// PoolToken, when set, is required as "Authorization: Bearer <token>"
+	// on the pool endpoints (registration, heartbeat, leave, listing).
+	PoolToken string
 	Logger    *zap.Logger
 }
 
@@ -70,6 +76,10 @@ func New(core Core, opts Options) *Handler {
 	r.Get("/jobs/{id}", h.getJob)
 	r.Head("/jobs/{id}", h.getJob)
 	r.Get("/jobs/{id}/stream", h.streamJob)
+	r.Post("/pools/{pool_id}/members", h.registerMember)
+	r.Delete("/pools/{pool_id}/members/{member_id}", h.leaveMember)
+	r.Get("/pools", h.listPools)
+	r.Get("/pools/{pool_id}", h.getPool)
 	r.Get("/health", h.health)
 	r.Head("/health", h.health)
 	h.mux = r

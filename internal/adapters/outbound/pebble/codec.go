@@ -1,0 +1,325 @@
+package pebble
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+// recordVersion is the first byte of every record this package writes.
+const recordVersion = 1
+
+const (
+	flagHeaders = 1 << iota
+	flagBody
+	flagResult
+	flagResultBody
+	flagTruncated
+	flagDelivery
+)
+
+// Status codes, shared by records and the ready index's state byte.
+const (
+	stQueued    byte = 'q'
+	stInFlight  byte = 'f'
+	stCompleted byte = 'c'
+	stFailed    byte = 'x'
+	stDeliver   byte = 'd' // ready index only: the result waits for delivery
+)
+
+const (
+	dlPending   byte = 'p'
+	dlDelivered byte = 'd'
+	dlFailed    byte = 'x'
+)
+
+var errCorrupt = errors.New("corrupt job record")
+
+func statusCode(s domain.Status) byte {
+	switch s {
+	case domain.StatusQueued:
+		return stQueued
+	case domain.StatusInFlight:
+		return stInFlight
+	case domain.StatusCompleted:
+		return stCompleted
+	case domain.StatusFailed:
+		return stFailed
+	}
+	return 0
+}
+
+func statusOf(c byte) (domain.Status, bool) {
+	switch c {
+	case stQueued:
+		return domain.StatusQueued, true
+	case stInFlight:
+		return domain.StatusInFlight, true
+	case stCompleted:
+		return domain.StatusCompleted, true
+	case stFailed:
+		return domain.StatusFailed, true
+	}
+	return "", false
+}
+
+func deliveryCode(s domain.DeliveryStatus) byte {
+	switch s {
+	case domain.DeliveryPending:
+		return dlPending
+	case domain.DeliveryDelivered:
+		return dlDelivered
+	case domain.DeliveryFailed:
+		return dlFailed
+	}
+	return 0
+}
+
+func deliveryOf(c byte) (domain.DeliveryStatus, bool) {
+	switch c {
+	case dlPending:
+		return domain.DeliveryPending, true
+	case dlDelivered:
+		return domain.DeliveryDelivered, true
+	case dlFailed:
+		return domain.DeliveryFailed, true
+	}
+	return "", false
+}
+
+// ms is a time as Unix milliseconds, 0 for the zero time.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// encodeJob appends the record of j (everything but Seq, which is the key) to
+// b. Fields with no valid encoding (an unknown status) are an error, so a
+// record that is written can always be read back.
+func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
+	st := statusCode(j.Status)
+	if st == 0 {
+		return b, fmt.Errorf("encode job %s: unknown status %q", j.ID, j.Status)
+	}
+	var flags, dl byte
+	if j.Headers != nil {
+		flags |= flagHeaders
+	}
+	if j.Body != nil {
+		flags |= flagBody
+	}
+	r, d := j.Result, j.Delivery
+	if r == nil {
+		r = &domain.Result{}
+	} else {
+		flags |= flagResult
+		if r.Body != nil {
+			flags |= flagResultBody
+		}
+		if r.BodyTruncated {
+			flags |= flagTruncated
+		}
+	}
+	if d == nil {
+		d = &domain.Delivery{}
+	} else {
+		flags |= flagDelivery
+		if dl = deliveryCode(d.Status); dl == 0 {
+			return b, fmt.Errorf("encode job %s: unknown delivery status %q", j.ID, d.Status)
+		}
+	}
+	if j.ReadySeq < 0 || d.Attempts < 0 {
+		return b, fmt.Errorf("encode job %s: negative ready seq or delivery attempts", j.ID)
+	}
+	b = append(b, recordVersion, flags, st, dl)
+	b = binary.AppendUvarint(b, uint64(j.ReadySeq))
+	b = binary.AppendVarint(b, int64(j.Attempts))
+	b = binary.AppendVarint(b, int64(j.Deferrals))
+	b = binary.AppendVarint(b, ms(j.CreatedAt))
+	b = binary.AppendVarint(b, ms(j.UpdatedAt))
+	b = binary.AppendVarint(b, ms(j.DispatchedAt))
+	b = binary.AppendVarint(b, ms(j.ExpiresAt))
+	b = binary.AppendVarint(b, int64(r.ResponseStatus))
+	b = binary.AppendVarint(b, int64(d.ResponseStatus))
+	b = binary.AppendUvarint(b, uint64(d.Attempts))
+	b = binary.AppendUvarint(b, uint64(len(j.Body)))
+	b = binary.AppendUvarint(b, uint64(len(r.Body)))
+	for _, s := range [...]string{string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method,
+		j.WebhookURL, string(j.Lane), string(j.ReadyLane), r.ContentType, r.Reason, d.Reason} {
+		b = appendString(b, s)
+	}
+	b = binary.AppendUvarint(b, uint64(len(j.Headers)))
+	for k, v := range j.Headers {
+		b = appendString(appendString(b, k), v)
+	}
+	b = append(b, j.Body...)
+	return append(b, r.Body...), nil
+}
+
+// reader decodes the fixed part of a record. The first error sticks.
+type reader struct {
+	b   []byte
+	off int
+	bad bool
+}
+
+func (r *reader) byte() byte {
+	if r.off >= len(r.b) {
+		r.bad = true
+		return 0
+	}
+	c := r.b[r.off]
+	r.off++
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b[r.off:])
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b[r.off:])
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+// str returns the next string as a substring of s, which holds the same
+// bytes as r.b up to where the bodies start.
+func (r *reader) str(s string) string {
+	n := r.uvarint()
+	if r.bad || n > uint64(len(s)-r.off) {
+		r.bad = true
+		return ""
+	}
+	v := s[r.off : r.off+int(n)]
+	r.off += int(n)
+	return v
+}
+
+// decodeJob rebuilds a job from its record. It copies everything it keeps, so
+// val may be reused once it returns.
+func decodeJob(seq int64, val []byte) (*domain.Job, error) {
+	if len(val) == 0 || val[0] != recordVersion {
+		if len(val) == 0 {
+			return nil, errCorrupt
+		}
+		return nil, fmt.Errorf("job record version %d: %w (this build reads version %d)", val[0], errCorrupt, recordVersion)
+	}
+	r := reader{b: val, off: 1}
+	flags, stc, dlc := r.byte(), r.byte(), r.byte()
+	j := &domain.Job{Seq: seq}
+	j.ReadySeq = int64(r.uvarint())
+	j.Attempts = int(r.varint())
+	j.Deferrals = int(r.varint())
+	created, updated, dispatched, expires := r.varint(), r.varint(), r.varint(), r.varint()
+	respStatus, dlResp := r.varint(), r.varint()
+	dlAttempts := r.uvarint()
+	bodyLen, resBodyLen := r.uvarint(), r.uvarint()
+	if r.bad || bodyLen+resBodyLen > uint64(len(val)-r.off) {
+		return nil, fmt.Errorf("job %d: %w", seq, errCorrupt)
+	}
+	bodyStart := len(val) - int(bodyLen+resBodyLen)
+	s := string(val[:bodyStart]) // one copy for every string of the record
+	var ctype, reason, dlReason string
+	var id, lane, readyLane string
+	id, j.UserID, j.IdempotentKey, j.URL = r.str(s), r.str(s), r.str(s), r.str(s)
+	j.PoolID, j.Method, j.WebhookURL = r.str(s), r.str(s), r.str(s)
+	lane, readyLane = r.str(s), r.str(s)
+	ctype, reason, dlReason = r.str(s), r.str(s), r.str(s)
+	nh := r.uvarint()
+	if r.bad || nh > uint64(bodyStart-r.off)/2 {
+		return nil, fmt.Errorf("job %d: %w", seq, errCorrupt)
+	}
+	if flags&flagHeaders != 0 {
+		j.Headers = make(map[string]string, nh)
+		for range nh {
+			k := r.str(s)
+			j.Headers[k] = r.str(s)
+		}
+	} else if nh != 0 {
+		r.bad = true
+	}
+	status, okStatus := statusOf(stc)
+	if r.bad || r.off != bodyStart || !okStatus {
+		return nil, fmt.Errorf("job %d: %w", seq, errCorrupt)
+	}
+	j.ID, j.Lane, j.ReadyLane, j.Status = domain.JobID(id), domain.LaneKey(lane), domain.LaneKey(readyLane), status
+	j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = fromMS(created), fromMS(updated), fromMS(dispatched), fromMS(expires)
+	if flags&flagBody != 0 {
+		j.Body = append(make([]byte, 0, bodyLen), val[bodyStart:bodyStart+int(bodyLen)]...)
+	}
+	if flags&flagResult != 0 {
+		res := &domain.Result{ResponseStatus: int(respStatus), BodyTruncated: flags&flagTruncated != 0,
+			ContentType: ctype, Reason: reason}
+		if flags&flagResultBody != 0 {
+			res.Body = append(make([]byte, 0, resBodyLen), val[bodyStart+int(bodyLen):]...)
+		}
+		j.Result = res
+	}
+	if flags&flagDelivery != 0 {
+		ds, ok := deliveryOf(dlc)
+		if !ok {
+			return nil, fmt.Errorf("job %d: %w", seq, errCorrupt)
+		}
+		j.Delivery = &domain.Delivery{Status: ds, Attempts: int(dlAttempts), ResponseStatus: int(dlResp), Reason: dlReason}
+	}
+	return j, nil
+}
+
+// readyState is the ready index's state byte for j.
+func readyState(j *domain.Job) byte {
+	switch {
+	case j.Status == domain.StatusInFlight:
+		return stInFlight
+	case j.Status.Terminal():
+		return stDeliver
+	}
+	return stQueued
+}
+
+// readyValue is the value of a ready-index entry.
+func readyValue(b []byte, j *domain.Job) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(j.Seq))
+	b = append(b, readyState(j))
+	return binary.BigEndian.AppendUint64(b, uint64(ms(j.ExpiresAt)))
+}
+
+const readyValueLen = 17
+
+// parseReady splits a ready-index value.
+func parseReady(v []byte) (seq int64, state byte, expiresMS int64, ok bool) {
+	if len(v) != readyValueLen {
+		return 0, 0, 0, false
+	}
+	return int64(binary.BigEndian.Uint64(v)), v[8], int64(binary.BigEndian.Uint64(v[9:])), true
+}
+
+// liveAt reports whether an expiry (Unix ms, 0 for none) lies after nowMS.
+func liveAt(expiresMS, nowMS int64) bool { return expiresMS == 0 || expiresMS > nowMS }

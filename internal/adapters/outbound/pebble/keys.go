@@ -1,0 +1,91 @@
+package pebble
+
+import (
+	"encoding/binary"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+// Key prefixes; see the package documentation for the layout.
+var (
+	prefixJob    = []byte("j/")
+	prefixID     = []byte("i/")
+	prefixKey    = []byte("k/")
+	prefixReady  = []byte("r/")
+	prefixExpiry = []byte("e/")
+	keySeq       = []byte("m/seq")
+	keyFormat    = []byte("m/format")
+)
+
+// layoutVersion is the value of m/format: the key layout this build writes.
+const layoutVersion = 1
+
+func jobKey(b []byte, seq int64) []byte {
+	return binary.BigEndian.AppendUint64(append(b, prefixJob...), uint64(seq))
+}
+
+func idKey(b []byte, id domain.JobID) []byte { return append(append(b, prefixID...), id...) }
+
+func idemKey(b []byte, user, key string) []byte {
+	b = binary.AppendUvarint(append(b, prefixKey...), uint64(len(user)))
+	return append(append(b, user...), key...)
+}
+
+// lanePrefix is the prefix of every ready-index key of lane.
+func lanePrefix(b []byte, lane domain.LaneKey) []byte {
+	b = binary.AppendUvarint(append(b, prefixReady...), uint64(len(lane)))
+	return append(b, lane...)
+}
+
+func readyKey(b []byte, lane domain.LaneKey, readySeq int64) []byte {
+	return binary.BigEndian.AppendUint64(lanePrefix(b, lane), uint64(readySeq))
+}
+
+// parseReadyKey splits a ready-index key into its lane and ready seq.
+func parseReadyKey(k []byte) (lane []byte, readySeq int64, ok bool) {
+	if len(k) < len(prefixReady)+1+8 {
+		return nil, 0, false
+	}
+	n, w := binary.Uvarint(k[len(prefixReady):])
+	start := len(prefixReady) + w
+	if w <= 0 || uint64(len(k)-start) != n+8 {
+		return nil, 0, false
+	}
+	return k[start : start+int(n)], int64(binary.BigEndian.Uint64(k[start+int(n):])), true
+}
+
+// expiryKey is the e/ key of a job expiring at expiresMS (never 0: jobs
+// without expiry have no entry).
+func expiryKey(b []byte, expiresMS, seq int64) []byte {
+	b = binary.BigEndian.AppendUint64(append(b, prefixExpiry...), uint64(expiresMS)^(1<<63))
+	return binary.BigEndian.AppendUint64(b, uint64(seq))
+}
+
+func parseExpiryKey(k []byte) (expiresMS, seq int64, ok bool) {
+	if len(k) != len(prefixExpiry)+16 {
+		return 0, 0, false
+	}
+	return int64(binary.BigEndian.Uint64(k[2:]) ^ (1 << 63)), int64(binary.BigEndian.Uint64(k[10:])), true
+}
+
+func seqValue(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(seq)) }
+
+func parseSeq(v []byte) (int64, bool) {
+	if len(v) != 8 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(v)), true
+}
+
+// prefixEnd returns the least key greater than every key starting with p, or
+// nil if there is none.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}

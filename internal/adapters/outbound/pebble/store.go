@@ -1,0 +1,647 @@
+package pebble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"go.uber.org/zap"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Dir is the Pebble directory; created if missing. Required.
+	Dir string
+	// WALMinSyncInterval is the least time between two WAL fsyncs (Pebble's
+	// own group commit): a commit that asks for a sync sooner waits for the
+	// rest of the interval. 0 = no wait.
+	WALMinSyncInterval time.Duration
+	// MaxBatch caps how many operations share one commit; default 1024.
+	MaxBatch int
+	// GatherYields is how many times the writer yields the processor to let
+	// more operations join a group before committing it; default 2, negative
+	// for none.
+	GatherYields int
+	// CacheBytes is the size of Pebble's block cache; default 32 MiB.
+	CacheBytes int64
+	// Logger receives the store's and Pebble's own messages; default no-op.
+	Logger *zap.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1024
+	}
+	if o.GatherYields == 0 {
+		o.GatherYields = 2
+	} else if o.GatherYields < 0 {
+		o.GatherYields = 0
+	}
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = 32 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
+// Store is a JobStore on Pebble.
+type Store struct {
+	opts Options
+	log  *zap.Logger
+	db   *pebble.DB
+
+	// Owned by the writer goroutine.
+	seq    int64 // the counter for seq and ready_seq: the highest assigned
+	broken error // set when a commit failed: Pebble cannot take more writes
+	kbuf   []byte
+	vbuf   []byte
+
+	ops       chan *op
+	closeOnce sync.Once
+	closeErr  error
+	closing   chan struct{}
+	done      chan struct{}
+	mu        sync.RWMutex // guards closed: held (read) across every use of db
+	closed    bool
+
+	commits, committedOps atomic.Int64
+}
+
+// Stats are cumulative writer counters.
+type Stats struct {
+	Commits int64 `json:"commits"` // batches committed (one WAL fsync each, at most)
+	Ops     int64 `json:"ops"`     // operations in them
+}
+
+// Stats returns the writer counters: Ops/Commits is the mean group size.
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.commits.Load(), Ops: s.committedOps.Load()}
+}
+
+var _ ports.JobStore = (*Store)(nil)
+
+// Open opens (creating if needed) the store in o.Dir and starts the writer.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	o = o.withDefaults()
+	if o.Dir == "" {
+		return nil, errors.New("pebble: empty directory")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create pebble directory %s: %w", o.Dir, err)
+	}
+	cache := pebble.NewCache(o.CacheBytes)
+	defer cache.Unref() // the DB holds its own reference
+	popts := &pebble.Options{
+		Cache:              cache,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             zapLogger{o.Logger.WithOptions(zap.AddCallerSkip(1))},
+		MemTableSize:       16 << 20,
+	}
+	if d := o.WALMinSyncInterval; d > 0 {
+		popts.WALMinSyncInterval = func() time.Duration { return d }
+	}
+	// Bloom filters spare point lookups (mostly of idempotency keys that
+	// are not there) from reading blocks of every level.
+	for i := range popts.Levels {
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(o.Dir, popts)
+	if err != nil {
+		return nil, fmt.Errorf("open pebble store %s: %w", o.Dir, err)
+	}
+	s := &Store{
+		opts:    o,
+		log:     o.Logger,
+		db:      db,
+		ops:     make(chan *op, 4*o.MaxBatch),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if err := s.init(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	go s.writer()
+	return s, nil
+}
+
+// init checks the layout version (writing it into a new store) and loads the
+// writer's counter.
+func (s *Store) init() error {
+	v, err := get(s.db, keyFormat)
+	if err != nil {
+		return fmt.Errorf("read layout version of %s: %w", s.opts.Dir, err)
+	}
+	switch {
+	case v == nil:
+		empty, err := s.empty()
+		if err != nil {
+			return err
+		}
+		if !empty {
+			return fmt.Errorf("%s holds a Pebble database that is not an aquifer job store", s.opts.Dir)
+		}
+		if err := s.db.Set(keyFormat, []byte{layoutVersion}, pebble.Sync); err != nil {
+			return fmt.Errorf("initialise %s: %w", s.opts.Dir, err)
+		}
+	case len(v) != 1 || v[0] != layoutVersion:
+		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d (downgrades are not supported)",
+			s.opts.Dir, v, layoutVersion)
+	}
+	if v, err = get(s.db, keySeq); err != nil {
+		return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, err)
+	}
+	if v != nil {
+		seq, ok := parseSeq(v)
+		if !ok {
+			return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, errCorrupt)
+		}
+		s.seq = seq
+	}
+	// m/seq is written with every seq; the highest record is a second opinion.
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixJob, UpperBound: prefixEnd(prefixJob)})
+	if err != nil {
+		return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, err)
+	}
+	if it.Last() && len(it.Key()) == len(prefixJob)+8 {
+		seq, _ := parseSeq(it.Key()[len(prefixJob):])
+		s.seq = max(s.seq, seq)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, err)
+	}
+	return nil
+}
+
+func (s *Store) empty() (bool, error) {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return false, err
+	}
+	has := it.First()
+	return !has, errors.Join(it.Error(), it.Close())
+}
+
+// Path returns the store's directory.
+func (s *Store) Path() string { return s.opts.Dir }
+
+// Close commits pending operations, stops the writer and closes the
+// database. Later calls return the first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true // no new reads or submissions; none running
+		s.mu.Unlock()
+		close(s.closing)
+		<-s.done
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("close pebble store %s: %w", s.opts.Dir, err)
+		}
+	})
+	return s.closeErr
+}
+
+// enter admits a read; exit must follow. Pebble panics when used after
+// Close, so every use of db happens between the two.
+func (s *Store) enter() error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return domain.ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) exit() { s.mu.RUnlock() }
+
+// submit hands an operation to the writer. When o.done is set it waits for the
+// result; once submitted, the wait ignores ctx, so a caller that goes away
+// cannot be told "failed" about a write that in fact committed.
+func (s *Store) submit(ctx context.Context, o *op) opResult {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return opResult{err: domain.ErrClosed}
+	}
+	select {
+	case s.ops <- o:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return opResult{err: ctx.Err()}
+	}
+	s.mu.RUnlock()
+	if o.done == nil {
+		return opResult{}
+	}
+	return <-o.done
+}
+
+func wait() chan opResult { return make(chan opResult, 1) }
+
+// Insert implements ports.JobStore.
+func (s *Store) Insert(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
+	r := s.submit(ctx, &op{kind: opInsert, job: job, done: wait()})
+	return r.job, r.fresh, r.err
+}
+
+// Delete implements ports.JobStore.
+func (s *Store) Delete(ctx context.Context, id domain.JobID) error {
+	return s.submit(ctx, &op{kind: opDelete, id: id, done: wait()}).err
+}
+
+// MarkInFlight implements ports.JobStore. It does not wait for the commit.
+func (s *Store) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) error {
+	return s.submit(ctx, &op{kind: opMarkInFlight, id: p.ID, seq: p.Seq, at: p.At}).err
+}
+
+// Requeue implements ports.JobStore.
+func (s *Store) Requeue(ctx context.Context, p *ports.RequeueParams) error {
+	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, seq: p.Seq, at: p.Now, requeue: p, done: wait()}).err
+}
+
+// Finish implements ports.JobStore.
+func (s *Store) Finish(ctx context.Context, p *ports.FinishParams) (int64, error) {
+	r := s.submit(ctx, &op{kind: opFinish, id: p.ID, seq: p.Seq, at: p.Now, finish: p, done: wait()})
+	return r.n, r.err
+}
+
+// FinishDelivery implements ports.JobStore.
+func (s *Store) FinishDelivery(ctx context.Context, p *ports.FinishDeliveryParams) error {
+	return s.submit(ctx, &op{kind: opFinishDelivery, id: p.ID, seq: p.Seq, at: p.Now, delivery: p, done: wait()}).err
+}
+
+// RecoverInFlight implements ports.JobStore.
+func (s *Store) RecoverInFlight(ctx context.Context) (int, error) {
+	r := s.submit(ctx, &op{kind: opRecover, at: time.Now(), done: wait()})
+	return int(r.n), r.err
+}
+
+// ResetStale implements ports.JobStore. Candidates are found by a read of the
+// ready index; the writer then resets each one only if it is still in flight
+// since before the cut-off.
+func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
+	var seqs []int64
+	err := s.read(func() error {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
+		if err != nil {
+			return err
+		}
+		var flying []int64
+		for ok := it.First(); ok; ok = it.Next() {
+			if seq, state, _, ok := parseReady(it.Value()); ok && state == stInFlight {
+				flying = append(flying, seq)
+			}
+		}
+		if err := errors.Join(it.Error(), it.Close()); err != nil {
+			return err
+		}
+		for _, seq := range flying {
+			j, err := loadJob(s.db, seq)
+			if err != nil {
+				return err
+			}
+			if j != nil && j.Status == domain.StatusInFlight && j.DispatchedAt.Before(p.DispatchedBefore) && !p.Exclude[j.ID] {
+				seqs = append(seqs, seq)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find stale jobs: %w", err)
+	}
+	if len(seqs) == 0 {
+		return nil, nil
+	}
+	r := s.submit(ctx, &op{kind: opResetStale, seqs: seqs, stale: p, at: p.Now, done: wait()})
+	return r.jobs, r.err
+}
+
+// Purge implements ports.JobStore. Expired jobs are found in the expiry index
+// and deleted by the writer, which re-checks each one's expiry.
+func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
+	if p.Limit <= 0 {
+		return 0, nil
+	}
+	var keys [][]byte
+	err := s.read(func() error {
+		upper := expiryKey(nil, ms(p.Now)+1, 0) // expires_at <= now
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixExpiry, UpperBound: upper})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok && len(keys) < p.Limit; ok = it.Next() {
+			keys = append(keys, append([]byte(nil), it.Key()...))
+		}
+		return errors.Join(it.Error(), it.Close())
+	})
+	if err != nil {
+		return 0, fmt.Errorf("find expired jobs: %w", err)
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	r := s.submit(ctx, &op{kind: opPurge, keys: keys, at: p.Now, done: wait()})
+	return int(r.n), r.err
+}
+
+// read runs fn while the database is open.
+func (s *Store) read(fn func() error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	return fn()
+}
+
+// Get implements ports.JobStore.
+func (s *Store) Get(_ context.Context, id domain.JobID) (*domain.Job, error) {
+	var j *domain.Job
+	err := s.read(func() error {
+		seq, err := getSeq(s.db, idKey(nil, id))
+		if err != nil || seq == 0 {
+			return err
+		}
+		j, err = loadJob(s.db, seq)
+		return err
+	})
+	return live(j, err, "get job")
+}
+
+// Lookup implements ports.JobStore.
+func (s *Store) Lookup(_ context.Context, userID, idempotentKey string) (*domain.Job, error) {
+	var j *domain.Job
+	err := s.read(func() error {
+		seq, err := getSeq(s.db, idemKey(nil, userID, idempotentKey))
+		if err != nil || seq == 0 {
+			return err
+		}
+		j, err = loadJob(s.db, seq)
+		return err
+	})
+	return live(j, err, "look up job")
+}
+
+// live turns a read's outcome into Get's answer: ErrNotFound for a job that
+// is missing or expired.
+func live(j *domain.Job, err error, what string) (*domain.Job, error) {
+	switch {
+	case errors.Is(err, domain.ErrClosed):
+		return nil, err
+	case err != nil:
+		return nil, domain.Unavailable(what+" failed", err)
+	case j == nil || j.Expired(time.Now()):
+		return nil, domain.ErrNotFound
+	}
+	return j, nil
+}
+
+// Position implements ports.JobStore: it counts ready-index entries of the
+// lane before readySeq that are waiting and unexpired, reading no record.
+func (s *Store) Position(_ context.Context, lane domain.LaneKey, readySeq int64) (int, error) {
+	n := 0
+	err := s.read(func() error {
+		lower := lanePrefix(nil, lane)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: readyKey(nil, lane, max(readySeq, 0))})
+		if err != nil {
+			return err
+		}
+		now := ms(time.Now())
+		for ok := it.First(); ok; ok = it.Next() {
+			if _, state, exp, ok := parseReady(it.Value()); ok && state != stInFlight && liveAt(exp, now) {
+				n++
+			}
+		}
+		return errors.Join(it.Error(), it.Close())
+	})
+	if err != nil {
+		return 0, wrapRead("job position", err)
+	}
+	return n, nil
+}
+
+func wrapRead(what string, err error) error {
+	if errors.Is(err, domain.ErrClosed) {
+		return err
+	}
+	return domain.Unavailable(what+" failed", err)
+}
+
+// ListReady implements ports.JobStore.
+func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	var out []*domain.Job
+	err := s.read(func() error {
+		lower := readyKey(nil, p.Lane, max(p.AfterSeq, 0)+1)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lanePrefix(nil, p.Lane))})
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		now := ms(p.Now)
+		for ok := it.First(); ok && len(out) < p.Limit; ok = it.Next() {
+			seq, state, exp, ok := parseReady(it.Value())
+			if !ok || state == stInFlight || !liveAt(exp, now) {
+				continue
+			}
+			_, readySeq, _ := parseReadyKey(it.Key())
+			j, err := loadJob(s.db, seq)
+			if err != nil {
+				return err
+			}
+			// The record may have moved on since the iterator's view.
+			if j == nil || j.ReadyLane != p.Lane || j.ReadySeq != readySeq || j.Status == domain.StatusInFlight || j.Expired(p.Now) {
+				continue
+			}
+			out = append(out, j)
+		}
+		return it.Error()
+	})
+	if err != nil {
+		return nil, wrapRead("list ready jobs", err)
+	}
+	return out, nil
+}
+
+// OrphanedLanes implements ports.JobStore: only this process can open the
+// directory, so nothing is ever orphaned.
+func (s *Store) OrphanedLanes(context.Context) ([]domain.LaneKey, error) { return nil, nil }
+
+// ReadyLanes implements ports.JobStore. It visits one ready-index entry per
+// lane, seeking past the rest of the lane after each.
+func (s *Store) ReadyLanes(context.Context) ([]domain.LaneKey, error) {
+	var lanes []domain.LaneKey
+	err := s.read(func() error {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; {
+			lane, _, valid := parseReadyKey(it.Key())
+			if !valid {
+				ok = it.Next()
+				continue
+			}
+			lanes = append(lanes, domain.LaneKey(lane))
+			next := prefixEnd(lanePrefix(nil, domain.LaneKey(lane)))
+			if next == nil {
+				break
+			}
+			ok = it.SeekGE(next)
+		}
+		return errors.Join(it.Error(), it.Close())
+	})
+	if err != nil {
+		return nil, wrapRead("ready lanes", err)
+	}
+	return lanes, nil
+}
+
+// Counts implements ports.JobStore from the ready index alone.
+func (s *Store) Counts(context.Context) (ports.Counts, error) {
+	var c ports.Counts
+	err := s.read(func() error {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
+		if err != nil {
+			return err
+		}
+		now := ms(time.Now())
+		for ok := it.First(); ok; ok = it.Next() {
+			_, state, exp, ok := parseReady(it.Value())
+			if !ok || !liveAt(exp, now) {
+				continue
+			}
+			switch state {
+			case stQueued:
+				c.Queued++
+			case stInFlight:
+				c.InFlight++
+			case stDeliver:
+				c.Deliveries++
+			}
+		}
+		return errors.Join(it.Error(), it.Close())
+	})
+	if err != nil {
+		return ports.Counts{}, wrapRead("count jobs", err)
+	}
+	return c, nil
+}
+
+// Ping implements ports.JobStore.
+func (s *Store) Ping(context.Context) error {
+	err := s.read(func() error {
+		_, err := get(s.db, keyFormat)
+		return err
+	})
+	if err != nil {
+		return wrapRead("ping pebble", err)
+	}
+	return nil
+}
+
+// SizeBytes implements ports.JobStore: Pebble's own figure for the disk space
+// it uses (tables, WAL, manifest), which shrinks as compactions drop purged
+// jobs.
+func (s *Store) SizeBytes(context.Context) (int64, error) {
+	var n int64
+	err := s.read(func() error {
+		n = int64(s.db.Metrics().DiskSpaceUsage())
+		return nil
+	})
+	return n, err
+}
+
+// getter is what both the database and an indexed batch offer for point reads.
+type getter interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+}
+
+// get returns a copy of the value of key, or nil if there is none.
+func get(g getter, key []byte) ([]byte, error) {
+	v, closer, err := g.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := append(make([]byte, 0, len(v)), v...)
+	return out, closer.Close()
+}
+
+// getSeq reads an index entry holding a seq; 0 if there is none.
+func getSeq(g getter, key []byte) (int64, error) {
+	v, closer, err := g.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	seq, ok := parseSeq(v)
+	if err := closer.Close(); err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("index entry %q: %w", key, errCorrupt)
+	}
+	return seq, nil
+}
+
+// loadJob reads the record of seq; nil if there is none.
+func loadJob(g getter, seq int64) (*domain.Job, error) {
+	v, closer, err := g.Get(jobKey(nil, seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	j, err := decodeJob(seq, v)
+	return j, errors.Join(err, closer.Close())
+}
+
+// sortByReadySeq orders jobs by ReadySeq, then Seq.
+func sortByReadySeq(jobs []*domain.Job) {
+	sort.Slice(jobs, func(a, b int) bool {
+		if jobs[a].ReadySeq != jobs[b].ReadySeq {
+			return jobs[a].ReadySeq < jobs[b].ReadySeq
+		}
+		return jobs[a].Seq < jobs[b].Seq
+	})
+}
+
+// zapLogger routes Pebble's log lines into zap.
+type zapLogger struct{ l *zap.Logger }
+
+func (z zapLogger) Infof(format string, args ...any) { z.l.Info(fmt.Sprintf(format, args...)) }
+
+func (z zapLogger) Errorf(format string, args ...any) { z.l.Error(fmt.Sprintf(format, args...)) }
+
+// Fatalf logs and panics: Pebble calls it for states it cannot continue from
+// and does not expect it to return. Around a commit the writer recovers the
+// panic and fails the group; elsewhere it ends the process, as Pebble's own
+// logger would, after the message went to zap.
+func (z zapLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	z.l.Error(msg, zap.Bool("fatal", true))
+	panic("pebble: " + msg)
+}

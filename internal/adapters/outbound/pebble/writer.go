@@ -1,0 +1,582 @@
+package pebble
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.uber.org/zap"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+type opKind int
+
+const (
+	opInsert opKind = iota
+	opDelete
+	opMarkInFlight
+	opRequeue
+	opFinish
+	opFinishDelivery
+	opRecover
+	opResetStale
+	opPurge
+)
+
+// op is one write waiting for the writer. done is nil for fire-and-forget ops.
+type op struct {
+	kind     opKind
+	job      *domain.Job
+	id       domain.JobID
+	seq      int64 // the job's seq, when the caller knows it
+	at       time.Time
+	seqs     []int64  // ResetStale candidates
+	keys     [][]byte // Purge: expiry-index keys found due
+	requeue  *ports.RequeueParams
+	finish   *ports.FinishParams
+	delivery *ports.FinishDeliveryParams
+	stale    *ports.ResetStaleParams
+	done     chan opResult
+}
+
+type opResult struct {
+	job   *domain.Job
+	fresh bool
+	n     int64
+	jobs  []*domain.Job
+	err   error
+}
+
+// writer is the single goroutine that writes. Each loop takes every op
+// waiting (up to MaxBatch), applies them to one batch and commits it once: one
+// WAL fsync for the whole group.
+func (s *Store) writer() {
+	defer close(s.done)
+	batch := make([]*op, 0, s.opts.MaxBatch)
+	for {
+		var first *op
+		select {
+		case first = <-s.ops:
+		case <-s.closing:
+			// Commit what was submitted before Close, then stop.
+			for {
+				select {
+				case o := <-s.ops:
+					batch = append(batch, o)
+					if len(batch) == s.opts.MaxBatch {
+						s.commit(batch)
+						batch = batch[:0]
+					}
+				default:
+					if len(batch) > 0 {
+						s.commit(batch)
+					}
+					return
+				}
+			}
+		}
+		batch = s.gather(append(batch[:0], first))
+		s.commit(batch)
+		clear(batch) // let the ops' jobs and channels go
+	}
+}
+
+// gather adds every op already waiting to batch. While that finds more, it
+// yields the processor once so goroutines about to submit get to do so:
+// fuller groups share one fsync, for the price of microseconds of latency.
+func (s *Store) gather(batch []*op) []*op {
+	for yields := 0; len(batch) < s.opts.MaxBatch; {
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+			continue
+		default:
+		}
+		if yields == s.opts.GatherYields {
+			return batch
+		}
+		yields++
+		runtime.Gosched()
+	}
+	return batch
+}
+
+// commit applies batch to one indexed batch and commits it with a WAL sync.
+// An op's own outcome (not found, a record it cannot read) goes to its caller
+// alone; a failed commit fails every op: no caller is told a write succeeded
+// unless the commit did.
+func (s *Store) commit(batch []*op) {
+	results := make([]opResult, len(batch))
+	superseded := supersededMarks(batch)
+	seqBefore := s.seq
+	err := s.broken
+	if err == nil {
+		err = s.applyAndCommit(batch, results, superseded)
+	}
+	if err != nil {
+		s.seq = seqBefore // nothing of the batch exists
+		if err != s.broken || len(batch) > 0 {
+			s.log.Error("pebble batch failed", zap.Int("ops", len(batch)), zap.Error(err))
+		}
+		err = domain.Unavailable("job store write failed", err)
+	} else {
+		s.commits.Add(1)
+		s.committedOps.Add(int64(len(batch)))
+	}
+	for i, o := range batch {
+		if o.done == nil {
+			continue
+		}
+		if err != nil {
+			o.done <- opResult{err: err}
+		} else {
+			o.done <- results[i]
+		}
+	}
+}
+
+func (s *Store) applyAndCommit(batch []*op, results []opResult, superseded map[int]bool) (err error) {
+	b := s.db.NewIndexedBatch()
+	committing := false
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("pebble: %v", r)
+			if committing {
+				// Pebble's commit pipeline cannot be trusted after this.
+				s.broken = err
+				return
+			}
+		}
+		_ = b.Close()
+	}()
+	w := &wbatch{b: b, s: s}
+	for i, o := range batch {
+		if superseded[i] {
+			continue
+		}
+		results[i] = s.apply(w, o)
+		if w.err != nil {
+			return w.err
+		}
+	}
+	if s.seq != seqOf(results, s.seq) {
+		return errors.New("unreachable")
+	}
+	if b.Empty() {
+		return nil // only reads and not-founds: nothing to make durable
+	}
+	w.set(keySeq, seqValue(s.seq))
+	if w.err != nil {
+		return w.err
+	}
+	committing = true
+	if err := b.Commit(pebble.Sync); err != nil {
+		s.broken = err
+		return err
+	}
+	return nil
+}
+
+func seqOf(_ []opResult, seq int64) int64 { return seq }
+
+// supersededMarks finds MarkInFlight ops whose job is finished later in the
+// same batch: the in-flight state would never be visible, so writing it is
+// wasted work.
+func supersededMarks(batch []*op) map[int]bool {
+	var marks map[domain.JobID]int
+	var out map[int]bool
+	for i, o := range batch {
+		switch o.kind {
+		case opMarkInFlight:
+			if marks == nil {
+				marks = make(map[domain.JobID]int)
+			}
+			marks[o.id] = i
+		case opFinish:
+			if j, ok := marks[o.id]; ok {
+				if out == nil {
+					out = make(map[int]bool)
+				}
+				out[j] = true
+			}
+		}
+	}
+	return out
+}
+
+// wbatch is the group's batch with the writer's scratch buffers. Its first
+// write error sticks and fails the group.
+type wbatch struct {
+	b   *pebble.Batch
+	s   *Store
+	err error
+}
+
+func (w *wbatch) set(k, v []byte) {
+	if err := w.b.Set(k, v, nil); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
+func (w *wbatch) del(k []byte) {
+	if err := w.b.Delete(k, nil); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
+// find reads the job, by seq when the caller knows it (checking the id), else
+// by id; nil if there is none.
+func find(g getter, id domain.JobID, seq int64) (*domain.Job, error) {
+	if seq > 0 {
+		j, err := loadJob(g, seq)
+		if err != nil || (j != nil && j.ID == id) {
+			return j, err
+		}
+	}
+	seq, err := getSeq(g, idKey(nil, id))
+	if err != nil || seq == 0 {
+		return nil, err
+	}
+	return loadJob(g, seq)
+}
+
+// put writes j's record, encoded as rec, and every index entry that differs
+// from old's (old is nil for a new job). Callers encode first, so an encoding
+// error leaves the batch untouched.
+func (w *wbatch) put(old, j *domain.Job, rec []byte) {
+	s := w.s
+	s.kbuf = jobKey(s.kbuf[:0], j.Seq)
+	w.set(s.kbuf, rec)
+	seqv := seqValue(j.Seq)
+	if old == nil {
+		s.kbuf = idKey(s.kbuf[:0], j.ID)
+		w.set(s.kbuf, seqv)
+		s.kbuf = idemKey(s.kbuf[:0], j.UserID, j.IdempotentKey)
+		w.set(s.kbuf, seqv)
+	}
+	var oldExp int64
+	oldReady := old != nil && old.ReadyLane != ""
+	if old != nil {
+		oldExp = ms(old.ExpiresAt)
+	}
+	newExp := ms(j.ExpiresAt)
+	if oldReady && (j.ReadyLane != old.ReadyLane || j.ReadySeq != old.ReadySeq) {
+		s.kbuf = readyKey(s.kbuf[:0], old.ReadyLane, old.ReadySeq)
+		w.del(s.kbuf)
+		oldReady = false
+	}
+	if j.ReadyLane != "" && (!oldReady || readyState(j) != readyState(old) || newExp != oldExp) {
+		s.kbuf = readyKey(s.kbuf[:0], j.ReadyLane, j.ReadySeq)
+		s.rbuf = readyValue(s.rbuf[:0], j)
+		w.set(s.kbuf, s.rbuf)
+	}
+	if old != nil && oldExp != 0 && oldExp != newExp {
+		s.kbuf = expiryKey(s.kbuf[:0], oldExp, j.Seq)
+		w.del(s.kbuf)
+	}
+	if newExp != 0 && (old == nil || oldExp != newExp) {
+		s.kbuf = expiryKey(s.kbuf[:0], newExp, j.Seq)
+		w.set(s.kbuf, nil)
+	}
+}
+
+// update encodes and writes upd, a changed copy of old.
+func (w *wbatch) update(old, upd *domain.Job) error {
+	var err error
+	if w.s.vbuf, err = encodeJob(w.s.vbuf[:0], upd); err != nil {
+		return err
+	}
+	w.put(old, upd, w.s.vbuf)
+	return nil
+}
+
+// remove deletes j's record and index entries. The id and key entries are
+// deleted only if they name j.
+func (w *wbatch) remove(j *domain.Job) error {
+	ik, kk := idKey(nil, j.ID), idemKey(nil, j.UserID, j.IdempotentKey)
+	byID, err := getSeq(w.b, ik)
+	if err != nil {
+		return err
+	}
+	byKey, err := getSeq(w.b, kk)
+	if err != nil {
+		return err
+	}
+	w.del(jobKey(w.s.kbuf[:0], j.Seq))
+	if byID == j.Seq {
+		w.del(ik)
+	}
+	if byKey == j.Seq {
+		w.del(kk)
+	}
+	if j.ReadyLane != "" {
+		w.del(readyKey(w.s.kbuf[:0], j.ReadyLane, j.ReadySeq))
+	}
+	if exp := ms(j.ExpiresAt); exp != 0 {
+		w.del(expiryKey(w.s.kbuf[:0], exp, j.Seq))
+	}
+	return nil
+}
+
+// apply runs one op against the group's batch. Outcomes that belong to the
+// caller (not found, a failed read) are returned in the result and leave the
+// batch untouched; a failed write is left in w.err and fails the group.
+func (s *Store) apply(w *wbatch, o *op) opResult {
+	r, err := s.applyOp(w, o)
+	if err != nil && r.err == nil {
+		s.log.Error("pebble store operation failed", zap.Int("op", int(o.kind)), zap.Error(err))
+		r = opResult{err: domain.Unavailable("job store write failed", err)}
+	}
+	return r
+}
+
+var notFound = opResult{err: domain.ErrNotFound}
+
+func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
+	b := w.b
+	switch o.kind {
+	case opInsert:
+		return s.insert(w, o.job)
+	case opDelete:
+		j, err := find(b, o.id, 0)
+		if err != nil || j == nil {
+			return notFound, err
+		}
+		return opResult{}, w.remove(j)
+	case opMarkInFlight:
+		j, err := find(b, o.id, o.seq)
+		if err != nil || j == nil || j.Status.Terminal() {
+			return opResult{}, err
+		}
+		upd := *j
+		upd.Status, upd.DispatchedAt, upd.UpdatedAt = domain.StatusInFlight, o.at, o.at
+		return opResult{}, w.update(j, &upd)
+	case opRequeue:
+		p := o.requeue
+		j, err := find(b, o.id, o.seq)
+		if err != nil || j == nil || j.Phase() != p.Phase {
+			return notFound, err
+		}
+		upd := *j
+		switch p.Phase {
+		case domain.PhaseDispatch:
+			upd.Status, upd.Attempts, upd.Deferrals = domain.StatusQueued, p.Attempts, p.Deferrals
+			upd.UpdatedAt, upd.ExpiresAt = p.Now, p.Now.Add(domain.QueuedTTL)
+		case domain.PhaseDeliver:
+			d := *j.Delivery
+			d.Attempts, d.ResponseStatus, d.Reason = p.Attempts, p.Response, p.Reason
+			upd.Delivery, upd.Deferrals, upd.UpdatedAt = &d, p.Deferrals, p.Now
+		default:
+			return notFound, nil
+		}
+		return opResult{}, w.update(j, &upd)
+	case opFinish:
+		return s.finish(w, o.finish)
+	case opFinishDelivery:
+		p := o.delivery
+		j, err := find(b, o.id, o.seq)
+		if err != nil || j == nil || j.Phase() != domain.PhaseDeliver {
+			return notFound, err
+		}
+		status := domain.DeliveryDelivered
+		if !p.Delivered {
+			status = domain.DeliveryFailed
+		}
+		upd := *j
+		upd.Delivery = &domain.Delivery{Status: status, Attempts: p.Attempts, ResponseStatus: p.Response, Reason: p.Reason}
+		upd.ReadyLane, upd.UpdatedAt, upd.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
+		return opResult{}, w.update(j, &upd)
+	case opRecover:
+		return s.recoverInFlight(w, o.at)
+	case opResetStale:
+		return s.resetStale(w, o.seqs, o.stale)
+	case opPurge:
+		return s.purge(w, o.keys, o.at)
+	}
+	return opResult{}, fmt.Errorf("unknown op %d", o.kind)
+}
+
+// insert is the atomic insert-if-absent. A live job holding the key is
+// returned as it is; an expired one is deleted and the key taken.
+func (s *Store) insert(w *wbatch, j *domain.Job) (opResult, error) {
+	seq, err := getSeq(w.b, idemKey(s.kbuf[:0], j.UserID, j.IdempotentKey))
+	if err != nil {
+		return opResult{}, err
+	}
+	var expired *domain.Job
+	if seq != 0 {
+		existing, err := loadJob(w.b, seq)
+		if err != nil {
+			return opResult{}, err
+		}
+		if existing != nil && !existing.Expired(j.CreatedAt) {
+			return opResult{job: existing}, nil
+		}
+		expired = existing
+	}
+	if other, err := getSeq(w.b, idKey(s.kbuf[:0], j.ID)); err != nil || other != 0 {
+		if err == nil && (expired == nil || other != expired.Seq) {
+			err = fmt.Errorf("insert job %s: the id is taken by job %d", j.ID, other)
+		}
+		if err != nil {
+			return opResult{}, err
+		}
+	}
+	stored := *j // shallow: the caller does not mutate a job after handing it over
+	stored.Seq, stored.ReadySeq = s.seq+1, s.seq+1
+	if s.vbuf, err = encodeJob(s.vbuf[:0], &stored); err != nil {
+		return opResult{}, err
+	}
+	if expired != nil {
+		if err := w.remove(expired); err != nil {
+			return opResult{}, err
+		}
+	}
+	s.seq++
+	w.put(nil, &stored, s.vbuf)
+	return opResult{job: &stored, fresh: true}, nil
+}
+
+// finish records the terminal status and, for a job with a webhook, makes its
+// delivery due in p.DeliverIn with a fresh ReadySeq. A job that is already
+// terminal is left alone: no second delivery.
+func (s *Store) finish(w *wbatch, p *ports.FinishParams) (opResult, error) {
+	j, err := find(w.b, p.ID, p.Seq)
+	if err != nil || j == nil {
+		return notFound, err
+	}
+	if j.Status.Terminal() {
+		return opResult{}, nil
+	}
+	upd := *j
+	upd.Status, upd.Attempts, upd.UpdatedAt, upd.Deferrals = p.Status, p.Attempts, p.Now, 0
+	r := domain.Result{}
+	if p.Result != nil {
+		r = *p.Result
+	}
+	upd.Result = &r
+	if p.DeliverIn == "" {
+		upd.ReadyLane, upd.ExpiresAt = "", p.Now.Add(domain.TTL(p.Status))
+		return opResult{}, w.update(j, &upd)
+	}
+	upd.ReadyLane, upd.ReadySeq = p.DeliverIn, s.seq+1
+	upd.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
+	upd.ExpiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL)) // time to deliver
+	if err := w.update(j, &upd); err != nil {
+		return opResult{}, err
+	}
+	s.seq++
+	return opResult{n: upd.ReadySeq}, nil
+}
+
+// inFlightSeqs returns the seqs of the jobs the ready index (as the group sees
+// it) records as in flight.
+func inFlightSeqs(b *pebble.Batch) ([]int64, error) {
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
+	if err != nil {
+		return nil, err
+	}
+	var seqs []int64
+	for ok := it.First(); ok; ok = it.Next() {
+		if seq, state, _, ok := parseReady(it.Value()); ok && state == stInFlight {
+			seqs = append(seqs, seq)
+		}
+	}
+	return seqs, errors.Join(it.Error(), it.Close())
+}
+
+func (s *Store) recoverInFlight(w *wbatch, now time.Time) (opResult, error) {
+	seqs, err := inFlightSeqs(w.b)
+	if err != nil {
+		return opResult{}, err
+	}
+	// Read every record before writing any, so a failed read changes nothing.
+	var jobs []*domain.Job
+	for _, seq := range seqs {
+		j, err := loadJob(w.b, seq)
+		if err != nil {
+			return opResult{}, err
+		}
+		if j != nil && j.Status == domain.StatusInFlight {
+			jobs = append(jobs, j)
+		}
+	}
+	for _, j := range jobs {
+		upd := *j
+		upd.Status, upd.UpdatedAt = domain.StatusQueued, now
+		if err := w.update(j, &upd); err != nil {
+			return opResult{}, err // an encoding error: not reachable for a record that decoded
+		}
+	}
+	return opResult{n: int64(len(jobs))}, nil
+}
+
+func (s *Store) resetStale(w *wbatch, seqs []int64, p *ports.ResetStaleParams) (opResult, error) {
+	var jobs []*domain.Job
+	for _, seq := range seqs {
+		j, err := loadJob(w.b, seq)
+		if err != nil {
+			return opResult{}, err
+		}
+		if j != nil && j.Status == domain.StatusInFlight && j.DispatchedAt.Before(p.DispatchedBefore) && !p.Exclude[j.ID] {
+			jobs = append(jobs, j)
+		}
+	}
+	reset := make([]*domain.Job, 0, len(jobs))
+	for _, j := range jobs {
+		upd := *j
+		upd.Status, upd.UpdatedAt, upd.ExpiresAt = domain.StatusQueued, p.Now, p.Now.Add(domain.QueuedTTL)
+		if err := w.update(j, &upd); err != nil {
+			return opResult{}, err
+		}
+		reset = append(reset, &upd)
+	}
+	sortByReadySeq(reset)
+	return opResult{jobs: reset}, nil
+}
+
+// purge deletes the jobs behind the given expiry-index keys that are still
+// expired at now. Entries that no longer match their job are dropped.
+func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (opResult, error) {
+	type due struct {
+		key []byte
+		job *domain.Job // nil: the entry is stale
+	}
+	var todo []due
+	for _, k := range keys {
+		exp, seq, ok := parseExpiryKey(k)
+		if !ok {
+			continue
+		}
+		j, err := loadJob(w.b, seq)
+		if err != nil {
+			return opResult{}, err
+		}
+		switch {
+		case j != nil && j.Expired(now):
+			todo = append(todo, due{k, j})
+		case j == nil || ms(j.ExpiresAt) != exp:
+			todo = append(todo, due{k, nil})
+		}
+	}
+	var n int64
+	for _, d := range todo {
+		if d.job == nil {
+			w.del(d.key)
+			continue
+		}
+		if _, err := loadJob(w.b, d.job.Seq); err != nil {
+			return opResult{}, err
+		}
+		if err := w.remove(d.job); err != nil {
+			return opResult{}, err
+		}
+		w.del(d.key) // the job's own entry, or a stale one
+		n++
+	}
+	return opResult{n: n}, nil
+}

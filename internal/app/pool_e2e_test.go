@@ -1,0 +1,119 @@
+package app_test
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+func poolReq(key string) *domain.JobRequest {
+	return &domain.JobRequest{UserID: "u", IdempotentKey: key, PoolID: "readers", Method: "POST", Body: key}
+}
+
+func register(t *testing.T, b *bundle, id, url string, rps float64) {
+	t.Helper()
+	if _, err := b.svc.RegisterMember(t.Context(), &domain.MemberRegistration{PoolID: "readers", MemberID: id,
+		Address: url, CapacityRPS: rps}); err != nil {
+		t.Fatalf("register %s: %v", id, err)
+	}
+}
+
+func TestPoolFailoverAndShareOfAFailingMember(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	healthy1 := newUpstream(t, nil)
+	healthy2 := newUpstream(t, nil)
+	flaky := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})
+	b := setup(t, nil)
+	register(t, b, "h1", healthy1.URL+"/read", 100)
+	register(t, b, "h2", healthy2.URL+"/read", 100)
+	register(t, b, "flaky", flaky.URL+"/read", 100)
+
+	var ids []domain.JobID
+	for i := range 90 {
+		ids = append(ids, b.enqueue(t, poolReq(fmt.Sprint("before", i))))
+	}
+	for _, id := range ids {
+		b.waitStatus(t, id, domain.StatusCompleted)
+	}
+	before := flaky.count()
+	if before < 15 || before > 45 { // ~30 of 90 with equal capacity
+		t.Fatalf("flaky member got %d of 90 jobs while healthy", before)
+	}
+
+	failing.Store(true)
+	ids = ids[:0]
+	for i := range 90 {
+		ids = append(ids, b.enqueue(t, poolReq(fmt.Sprint("after", i))))
+	}
+	for _, id := range ids {
+		j := b.waitStatus(t, id, domain.StatusCompleted) // a 5xx is retried on another member
+		if j.Result.ResponseStatus != 200 {
+			t.Fatalf("job %s ended with %d", id, j.Result.ResponseStatus)
+		}
+	}
+	after := flaky.count() - before
+	if after > 15 {
+		t.Fatalf("the failing member still got %d requests for 90 jobs; its share should fall", after)
+	}
+	var rep float64 = -1
+	for _, m := range b.svc.Pools()["readers"].Members {
+		if m.ID == "flaky" {
+			rep = m.Reputation
+		}
+	}
+	if rep >= 0.5 || rep < 0 {
+		t.Fatalf("flaky member reputation %v", rep)
+	}
+}
+
+func TestPoolJobsWaitForMembers(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, nil)
+	b := setup(t, nil)
+	id := b.enqueue(t, poolReq("early"))
+	time.Sleep(50 * time.Millisecond)
+	if j, _ := b.svc.Get(t.Context(), id); j.Status != domain.StatusQueued {
+		t.Fatalf("pool job with no members is %s; it should wait", j.Status)
+	}
+	register(t, b, "late", up.URL+"/x", 10)
+	b.waitStatus(t, id, domain.StatusCompleted)
+	if h := up.snapshot()[0]; h.path != "/x" || h.body != "early" {
+		t.Fatalf("member got %+v", h)
+	}
+}
+
+func TestPoolCeilingIsTheSumOfMembers(t *testing.T) {
+	t.Parallel()
+	a := newUpstream(t, nil)
+	c := newUpstream(t, nil)
+	// The configured default (2 rps) must not cap the pool (the original's bug).
+	b := setup(t, func(cfg *app.Config) { cfg.Rates.Defaults = domain.Rate{RPS: 2, MaxConcurrent: 1} })
+	register(t, b, "a", a.URL, 30)
+	register(t, b, "c", c.URL, 10)
+	var ids []domain.JobID
+	for i := range 60 {
+		ids = append(ids, b.enqueue(t, poolReq(fmt.Sprint("sum", i))))
+	}
+	start := time.Now()
+	for _, id := range ids {
+		b.waitStatus(t, id, domain.StatusCompleted)
+	}
+	elapsed := time.Since(start)
+	// 60 jobs at 40 rps ≈ 1.5 s; at the 2 rps default it would take 30 s.
+	if elapsed > 4*time.Second {
+		t.Fatalf("60 pool jobs took %v; the pool runs at the sum of its members (40 rps)", elapsed)
+	}
+	if ratio := float64(a.count()) / float64(c.count()); ratio < 2.2 || ratio > 4 {
+		t.Fatalf("a (30 rps) / c (10 rps) = %d / %d", a.count(), c.count())
+	}
+}

@@ -1,0 +1,416 @@
+package app
+
+import (
+	"container/heap"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/pacing"
+)
+
+// Reputation constants (BEHAVIOR.md §9.1).
+const (
+	repFailure         = 0.5  // a failure halves a member's share
+	repSuccess         = 1.5  // a success restores it (capped at 1)
+	repHeartbeat       = 1.1  // a heartbeat restores it slowly (capped at 1)
+	repFloor           = 0.05 // at or below: "at the floor"
+	floorEvictAfter    = 12 * time.Second
+	heartbeatMisses    = 3 // missed intervals before eviction
+	minWeight          = 0.001
+	probationFor       = 5 * time.Minute // after a failure eviction
+	probationRep       = 0.25            // reputation a recently evicted member comes back with
+	memberConcurrencyX = 1.0             // default max in flight per member: ceil(capacity × this), at least 1
+)
+
+// pools is the registry of pool members: who they are, how much they can
+// take, how much they are trusted, and which one takes the next job.
+//
+// Selection is weighted virtual-time round robin: members sit in a heap keyed
+// by a virtual position; a pick takes the member with the smallest position
+// and advances it by 1/weight, so over time each member gets picks in
+// proportion to its weight — declared capacity × reputation, lowered further
+// by the member's own pacing signals. The pool's lane runs at the sum of the
+// weights, so each member receives about its own effective rate.
+//
+// All methods are safe for concurrent use.
+type pools struct {
+	now      func() time.Time
+	onChange func(poolID string) // a pool gained capacity: wake its lane
+
+	mu        sync.Mutex
+	byID      map[string]*pool
+	probation map[string]time.Time // "pool/member" → end of probation after a failure eviction
+}
+
+type pool struct {
+	id      string
+	members map[string]*member
+	heap    memberHeap
+}
+
+type member struct {
+	id, address string
+	declared    float64
+	interval    time.Duration
+	reputation  float64
+	lastSeen    time.Time // last heartbeat
+	floorSince  time.Time // zero unless at the floor with no success since
+	vpos        float64
+	index       int // in the heap
+	pace        *pacing.Pace
+	pausedUntil time.Time
+	inFlight    int
+	picks       int64
+	successes   int64
+	failures    int64
+}
+
+func newPools(now func() time.Time, onChange func(string)) *pools {
+	return &pools{now: now, onChange: onChange, byID: map[string]*pool{}, probation: map[string]time.Time{}}
+}
+
+func (m *member) maxConcurrent() int { return m.pace.MaxConcurrent() }
+
+// weight is the member's effective rate: its own pace (declared capacity,
+// lowered by its signals) times its reputation.
+func (m *member) weight() float64 {
+	return max(math.Min(m.declared, m.pace.RPS())*m.reputation, minWeight)
+}
+
+// register adds a member or, for a known one, records a heartbeat: address,
+// capacity and interval are overwritten, reputation ×1.1. It reports whether
+// the member is new.
+func (p *pools) register(r *domain.MemberRegistration) bool {
+	now := p.now()
+	p.mu.Lock()
+	pl := p.byID[r.PoolID]
+	if pl == nil {
+		pl = &pool{id: r.PoolID, members: map[string]*member{}}
+		p.byID[r.PoolID] = pl
+	}
+	m, known := pl.members[r.MemberID]
+	if known {
+		m.address, m.interval, m.lastSeen = r.Address, r.HeartbeatInterval, now
+		if m.declared != r.CapacityRPS {
+			m.declared = r.CapacityRPS
+			m.pace.SetCeiling(r.CapacityRPS, memberConcurrency(r.CapacityRPS))
+		}
+		m.reputation = math.Min(1, m.reputation*repHeartbeat)
+	} else {
+		m = &member{id: r.MemberID, address: r.Address, declared: r.CapacityRPS, interval: r.HeartbeatInterval,
+			reputation: 1, lastSeen: now, vpos: pl.minVpos(),
+			pace: pacing.NewPace(pacing.PaceConfig{RPS: r.CapacityRPS, MaxConcurrent: memberConcurrency(r.CapacityRPS)})}
+		if until, ok := p.probation[r.PoolID+"/"+r.MemberID]; ok && now.Before(until) {
+			// Evicted for failing not long ago: trusted again gradually, so a
+			// member that is alive but broken cannot take a full share back
+			// just by re-registering.
+			m.reputation = probationRep
+		}
+		pl.members[m.id] = m
+		heap.Push(&pl.heap, m)
+	}
+	p.mu.Unlock()
+	p.onChange(r.PoolID)
+	return !known
+}
+
+func memberConcurrency(capacity float64) int {
+	return max(1, int(math.Ceil(capacity*memberConcurrencyX)))
+}
+
+// leave removes a member (graceful leave). ErrNotFound if it is not there.
+func (p *pools) leave(poolID, memberID string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl := p.byID[poolID]
+	if pl == nil || pl.members[memberID] == nil {
+		return &domain.Error{Code: domain.CodeNotFound, Message: "no such pool member"}
+	}
+	pl.remove(pl.members[memberID])
+	if len(pl.members) == 0 {
+		delete(p.byID, poolID)
+	}
+	return nil
+}
+
+func (pl *pool) remove(m *member) {
+	delete(pl.members, m.id)
+	heap.Remove(&pl.heap, m.index)
+}
+
+func (pl *pool) minVpos() float64 {
+	if len(pl.heap) == 0 {
+		return 0
+	}
+	return pl.heap[0].vpos
+}
+
+// capacity returns the pool's live ceiling: the sum of its members'
+// effective rates and concurrency limits (paused members excluded), and how
+// many members it has.
+func (p *pools) capacity(poolID string) (rps float64, maxConcurrent, members int) {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl := p.byID[poolID]
+	if pl == nil {
+		return 0, 0, 0
+	}
+	for _, m := range pl.members {
+		if now.Before(m.pausedUntil) {
+			continue
+		}
+		rps += m.weight()
+		maxConcurrent += m.maxConcurrent()
+	}
+	return rps, maxConcurrent, len(pl.members)
+}
+
+// pick chooses the member for the next job: the smallest virtual position
+// among members that are not paused and have a free slot, preferring anyone
+// but avoid (the member a retry just failed on). ok is false when nobody can
+// take a job now; wait then says when a pause ends (0: on a completion or a
+// registration).
+func (p *pools) pick(poolID, avoid string) (id, address string, wait time.Duration, ok bool) {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl := p.byID[poolID]
+	if pl == nil || len(pl.heap) == 0 {
+		return "", "", 0, false
+	}
+	var skipped []*member
+	var chosen, avoided *member
+	for len(pl.heap) > 0 {
+		m := heap.Pop(&pl.heap).(*member)
+		skipped = append(skipped, m)
+		switch {
+		case now.Before(m.pausedUntil):
+			if w := m.pausedUntil.Sub(now); wait == 0 || w < wait {
+				wait = w
+			}
+			continue
+		case m.inFlight >= m.maxConcurrent():
+			continue
+		case m.id == avoid:
+			avoided = m
+			continue
+		}
+		chosen = m
+		break
+	}
+	if chosen == nil {
+		chosen = avoided // the only one available: better than waiting
+	}
+	for _, m := range skipped {
+		heap.Push(&pl.heap, m)
+	}
+	if chosen == nil {
+		return "", "", wait, false
+	}
+	chosen.vpos += 1 / chosen.weight()
+	heap.Fix(&pl.heap, chosen.index)
+	chosen.inFlight++
+	chosen.picks++
+	return chosen.id, chosen.address, 0, true
+}
+
+// unpick undoes a pick whose job could not start after all (the pool's
+// limiter said wait).
+func (p *pools) unpick(poolID, memberID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl := p.byID[poolID]
+	if pl == nil {
+		return
+	}
+	if m := pl.members[memberID]; m != nil {
+		m.inFlight = max(m.inFlight-1, 0)
+		m.picks--
+		m.vpos -= 1 / m.weight()
+		heap.Fix(&pl.heap, m.index)
+	}
+}
+
+// memberOutcome is what an attempt on a member found out.
+type memberOutcome struct {
+	failed   bool // transport error or 5xx: a reliability signal
+	status   int
+	signals  pacing.Signals
+	observed bool
+	deferTo  time.Time // a 429 asked the member's share to wait until then
+}
+
+// record releases the member's slot and folds the outcome into its
+// reputation and pace (BEHAVIOR.md §9.3–§9.4): a transport error or 5xx
+// halves the reputation; any other answer, 429 included, is a success.
+func (p *pools) record(poolID, memberID string, o memberOutcome) {
+	now := p.now()
+	p.mu.Lock()
+	pl := p.byID[poolID]
+	var m *member
+	if pl != nil {
+		m = pl.members[memberID]
+	}
+	if m == nil {
+		p.mu.Unlock()
+		return // it left meanwhile
+	}
+	m.inFlight = max(m.inFlight-1, 0)
+	if o.observed {
+		m.pace.Observe(o.signals)
+		if o.signals.ResetIn > 0 {
+			m.pausedUntil = later(m.pausedUntil, now.Add(o.signals.ResetIn))
+		}
+		if o.status == 503 && o.signals.RetryAfter > 0 {
+			m.pausedUntil = later(m.pausedUntil, now.Add(o.signals.RetryAfter))
+		}
+	}
+	if !o.deferTo.IsZero() {
+		m.pausedUntil = later(m.pausedUntil, o.deferTo)
+	}
+	if o.failed {
+		m.failures++
+		m.reputation *= repFailure
+		if m.reputation <= repFloor {
+			if m.floorSince.IsZero() {
+				m.floorSince = now
+			} else if now.Sub(m.floorSince) >= floorEvictAfter {
+				p.evictLocked(pl, m, true)
+			}
+		} else {
+			m.floorSince = time.Time{}
+		}
+	} else {
+		m.successes++
+		m.reputation = math.Min(1, m.reputation*repSuccess)
+		m.floorSince = time.Time{}
+	}
+	p.mu.Unlock()
+	p.onChange(poolID) // a slot is free
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func (p *pools) evictLocked(pl *pool, m *member, failing bool) {
+	pl.remove(m)
+	if failing {
+		p.probation[pl.id+"/"+m.id] = p.now().Add(probationFor)
+	}
+}
+
+// sweep evicts members that missed three heartbeats in a row, and members
+// that have sat at the reputation floor for floorEvictAfter without a single
+// success (the original needed yet another failure to notice, so an idle
+// broken member lingered forever). It returns the evictions.
+func (p *pools) sweep() []string {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var evicted []string
+	for _, pl := range p.byID {
+		for _, m := range pl.members {
+			switch {
+			case now.Sub(m.lastSeen) > heartbeatMisses*m.interval:
+				p.evictLocked(pl, m, false)
+			case !m.floorSince.IsZero() && now.Sub(m.floorSince) >= floorEvictAfter:
+				p.evictLocked(pl, m, true)
+			default:
+				continue
+			}
+			evicted = append(evicted, pl.id+"/"+m.id)
+		}
+		if len(pl.members) == 0 {
+			delete(p.byID, pl.id)
+		}
+	}
+	for k, until := range p.probation {
+		if now.After(until) {
+			delete(p.probation, k)
+		}
+	}
+	return evicted
+}
+
+// MemberHealth describes one pool member (GET /pools, /health).
+type MemberHealth struct {
+	ID             string  `json:"id"`
+	Address        string  `json:"address"`
+	DeclaredRPS    float64 `json:"declared_rps"`
+	Reputation     float64 `json:"reputation"`
+	EffectiveRPS   float64 `json:"effective_rps"`
+	MaxConcurrent  int     `json:"max_concurrent"`
+	InFlight       int     `json:"in_flight"`
+	Paused         bool    `json:"paused"`
+	HeartbeatAgeMS int64   `json:"heartbeat_age_ms"`
+	Picks          int64   `json:"picks"`
+	Successes      int64   `json:"successes"`
+	Failures       int64   `json:"failures"`
+}
+
+// PoolHealth describes one pool.
+type PoolHealth struct {
+	Members          []MemberHealth `json:"members"`
+	TotalCapacityRPS float64        `json:"total_capacity_rps"` // Σ effective rates: the pool's live ceiling
+}
+
+func (p *pools) snapshot() map[string]PoolHealth {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]PoolHealth, len(p.byID))
+	for id, pl := range p.byID {
+		ph := PoolHealth{Members: []MemberHealth{}}
+		for _, m := range pl.members {
+			paused := now.Before(m.pausedUntil)
+			mh := MemberHealth{ID: m.id, Address: m.address, DeclaredRPS: m.declared,
+				Reputation: math.Round(m.reputation*1e4) / 1e4, EffectiveRPS: math.Round(m.weight()*100) / 100,
+				MaxConcurrent: m.maxConcurrent(), InFlight: m.inFlight, Paused: paused,
+				HeartbeatAgeMS: now.Sub(m.lastSeen).Milliseconds(), Picks: m.picks, Successes: m.successes, Failures: m.failures}
+			if !paused {
+				ph.TotalCapacityRPS += m.weight()
+			}
+			ph.Members = append(ph.Members, mh)
+		}
+		ph.TotalCapacityRPS = math.Round(ph.TotalCapacityRPS*100) / 100
+		sort.Slice(ph.Members, func(i, j int) bool { return ph.Members[i].ID < ph.Members[j].ID })
+		out[id] = ph
+	}
+	return out
+}
+
+// memberHeap orders members by virtual position.
+type memberHeap []*member
+
+func (h memberHeap) Len() int { return len(h) }
+func (h memberHeap) Less(i, j int) bool {
+	if h[i].vpos != h[j].vpos {
+		return h[i].vpos < h[j].vpos
+	}
+	return h[i].id < h[j].id // deterministic ties
+}
+func (h memberHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *memberHeap) Push(x any) {
+	m := x.(*member)
+	m.index = len(*h)
+	*h = append(*h, m)
+}
+func (h *memberHeap) Pop() any {
+	old := *h
+	m := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	m.index = -1
+	return m
+}

@@ -1,0 +1,279 @@
+package app
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/pacing"
+)
+
+// fakeNow is a settable clock for the pool model.
+type fakeNow struct{ t time.Time }
+
+func (f *fakeNow) now() time.Time      { return f.t }
+func (f *fakeNow) add(d time.Duration) { f.t = f.t.Add(d) }
+func newFakeNow() *fakeNow             { return &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func reg(id string, rps float64) *domain.MemberRegistration {
+	return &domain.MemberRegistration{PoolID: "p", MemberID: id, Address: "http://" + id + ".test/x", CapacityRPS: rps,
+		HeartbeatInterval: 10 * time.Second}
+}
+
+func newTestPools(clock *fakeNow) (*pools, *[]string) {
+	var woken []string
+	p := newPools(clock.now, func(id string) { woken = append(woken, id) })
+	return p, &woken
+}
+
+// pickN picks n times, releasing each pick as a success with no signals,
+// and counts picks per member.
+func pickN(t *testing.T, p *pools, n int) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for range n {
+		id, _, _, ok := p.pick("p", "")
+		if !ok {
+			t.Fatal("pick failed")
+		}
+		counts[id]++
+		p.mu.Lock()
+		p.byID["p"].members[id].inFlight-- // release without touching reputation
+		p.mu.Unlock()
+	}
+	return counts
+}
+
+func TestPoolSelectionIsProportionalToCapacity(t *testing.T) {
+	t.Parallel()
+	p, _ := newTestPools(newFakeNow())
+	p.register(reg("big", 100))
+	p.register(reg("small", 25))
+	counts := pickN(t, p, 2000)
+	ratio := float64(counts["big"]) / float64(counts["small"])
+	if math.Abs(ratio-4) > 0.4 { // ±10 %
+		t.Fatalf("picks %v: ratio %.2f, want 4 ±10%%", counts, ratio)
+	}
+}
+
+func TestPoolSelectionFollowsReputationAndMemberPace(t *testing.T) {
+	t.Parallel()
+	p, _ := newTestPools(newFakeNow())
+	for _, id := range []string{"a", "b", "c"} {
+		p.register(reg(id, 20))
+	}
+	// b fails once (×0.5); c says it can take only 5 rps.
+	p.record("p", "b", memberOutcome{failed: true})
+	p.record("p", "c", memberOutcome{observed: true, status: 200, signals: pacing.Signals{RPS: 5}})
+	p.mu.Lock()
+	for _, m := range p.byID["p"].members {
+		m.inFlight = 0
+	}
+	p.mu.Unlock()
+	counts := pickN(t, p, 2000)
+	// weights 20 : 10 : 5
+	for id, want := range map[string]float64{"a": 2000 * 20 / 35.0, "b": 2000 * 10 / 35.0, "c": 2000 * 5 / 35.0} {
+		if got := float64(counts[id]); math.Abs(got-want) > want*0.1 {
+			t.Errorf("member %s: %v picks, want %.0f ±10%% (all: %v)", id, got, want, counts)
+		}
+	}
+	rps, _, _ := p.capacity("p")
+	if math.Abs(rps-35) > 0.01 {
+		t.Fatalf("pool capacity %.2f, want 35 (the sum of effective rates)", rps)
+	}
+}
+
+func TestNewMemberCompetesImmediately(t *testing.T) {
+	t.Parallel()
+	p, _ := newTestPools(newFakeNow())
+	p.register(reg("old", 10))
+	pickN(t, p, 500) // old's virtual position is far ahead
+	p.register(reg("new", 10))
+	counts := pickN(t, p, 200)
+	if counts["new"] < 80 || counts["new"] > 120 {
+		t.Fatalf("a newcomer got %d of 200 picks; it starts at the pool's minimum position, so ~100", counts["new"])
+	}
+}
+
+func TestReputationArithmetic(t *testing.T) {
+	t.Parallel()
+	clock := newFakeNow()
+	p, _ := newTestPools(clock)
+	p.register(reg("m", 10))
+	rep := func() float64 { return p.snapshot()["p"].Members[0].Reputation }
+	p.record("p", "m", memberOutcome{failed: true})
+	p.record("p", "m", memberOutcome{failed: true})
+	if rep() != 0.25 {
+		t.Fatalf("two failures: %v, want 0.25", rep())
+	}
+	p.record("p", "m", memberOutcome{status: 200, observed: true})
+	if rep() != 0.375 {
+		t.Fatalf("then a success: %v, want 0.375 (×1.5)", rep())
+	}
+	p.register(reg("m", 10)) // heartbeat
+	if got := rep(); math.Abs(got-0.4125) > 1e-9 {
+		t.Fatalf("then a heartbeat: %v, want 0.4125 (×1.1)", got)
+	}
+	for range 5 {
+		p.record("p", "m", memberOutcome{status: 429, observed: true}) // 429 is a success for reputation
+	}
+	if rep() != 1 {
+		t.Fatalf("successes cap at 1, got %v", rep())
+	}
+}
+
+func TestFloorEvictionNeedsSustainedFailureWithoutSuccess(t *testing.T) {
+	t.Parallel()
+	clock := newFakeNow()
+	p, _ := newTestPools(clock)
+	p.register(reg("bad", 10))
+	p.register(reg("good", 10))
+	for range 5 { // 1/32 ≤ 0.05: at the floor, timer starts
+		p.record("p", "bad", memberOutcome{failed: true})
+	}
+	clock.add(11 * time.Second)
+	p.record("p", "bad", memberOutcome{failed: true})
+	if len(p.snapshot()["p"].Members) != 2 {
+		t.Fatal("evicted before 12 s at the floor")
+	}
+	// A success resets the floor timer even while the reputation stays low.
+	p.record("p", "bad", memberOutcome{status: 200, observed: true})
+	p.record("p", "bad", memberOutcome{failed: true})
+	p.record("p", "bad", memberOutcome{failed: true})
+	clock.add(11 * time.Second)
+	if p.sweep(); len(p.snapshot()["p"].Members) != 2 {
+		t.Fatal("the success did not reset the floor timer")
+	}
+	clock.add(2 * time.Second)
+	// 13 s at the floor with no success: the sweep evicts it even though it
+	// receives no traffic (the original needed one more failure to notice).
+	evicted := p.sweep()
+	if len(evicted) != 1 || evicted[0] != "p/bad" || len(p.snapshot()["p"].Members) != 1 {
+		t.Fatalf("sweep evicted %v; members %v", evicted, p.snapshot()["p"].Members)
+	}
+	// Re-registering soon after a failure eviction comes back on probation.
+	p.register(reg("bad", 10))
+	for _, m := range p.snapshot()["p"].Members {
+		if m.ID == "bad" && m.Reputation != probationRep {
+			t.Fatalf("re-registered failing member at reputation %v, want probation %v", m.Reputation, probationRep)
+		}
+	}
+}
+
+func TestFailureEvictionOnFailureAfterWindow(t *testing.T) {
+	t.Parallel()
+	clock := newFakeNow()
+	p, _ := newTestPools(clock)
+	p.register(reg("bad", 10))
+	for range 5 {
+		p.record("p", "bad", memberOutcome{failed: true})
+	}
+	clock.add(12 * time.Second)
+	p.record("p", "bad", memberOutcome{failed: true})
+	if _, ok := p.snapshot()["p"]; ok && len(p.snapshot()["p"].Members) != 0 {
+		t.Fatal("a failure after 12 s at the floor must evict")
+	}
+}
+
+func TestHeartbeatEviction(t *testing.T) {
+	t.Parallel()
+	clock := newFakeNow()
+	p, _ := newTestPools(clock)
+	p.register(reg("quiet", 10)) // interval 10 s
+	p.register(reg("alive", 10))
+	clock.add(25 * time.Second)
+	p.register(reg("alive", 10))
+	if ev := p.sweep(); len(ev) != 0 {
+		t.Fatalf("evicted %v after 2.5 intervals", ev)
+	}
+	clock.add(6 * time.Second) // quiet: 31 s > 3 × 10 s
+	if ev := p.sweep(); len(ev) != 1 || ev[0] != "p/quiet" {
+		t.Fatalf("sweep evicted %v, want p/quiet", ev)
+	}
+	// Re-registering after a heartbeat eviction is a fresh member at 1.0.
+	p.register(reg("quiet", 10))
+	for _, m := range p.snapshot()["p"].Members {
+		if m.ID == "quiet" && m.Reputation != 1 {
+			t.Fatalf("rejoined at %v", m.Reputation)
+		}
+	}
+}
+
+func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
+	t.Parallel()
+	clock := newFakeNow()
+	p, _ := newTestPools(clock)
+	p.register(reg("a", 10))
+	p.register(reg("b", 10))
+	for range 20 {
+		id, _, _, ok := p.pick("p", "a")
+		if !ok || id != "b" {
+			t.Fatalf("pick avoiding a = %q, %v", id, ok)
+		}
+		p.record("p", id, memberOutcome{status: 200, observed: true})
+	}
+	// A 429 pauses b; a takes everything until the pause ends.
+	p.record("p", "b", memberOutcome{status: 429, observed: true, deferTo: clock.t.Add(time.Second)})
+	p.mu.Lock()
+	p.byID["p"].members["b"].inFlight = 0
+	p.mu.Unlock()
+	for range 5 {
+		id, _, _, _ := p.pick("p", "")
+		if id != "a" {
+			t.Fatalf("picked %q while b is paused", id)
+		}
+		p.record("p", id, memberOutcome{status: 200, observed: true})
+	}
+	if rps, _, _ := p.capacity("p"); rps != 10 {
+		t.Fatalf("capacity with b paused = %v, want 10", rps)
+	}
+	// Only the avoided member is available: better it than waiting.
+	id, _, _, ok := p.pick("p", "a")
+	if !ok || id != "a" {
+		t.Fatalf("pick with only the avoided member free = %q, %v", id, ok)
+	}
+	p.record("p", "a", memberOutcome{status: 200, observed: true})
+	// Everyone paused: no pick, and the wait until the first pause ends.
+	p.record("p", "a", memberOutcome{status: 429, observed: true, deferTo: clock.t.Add(300 * time.Millisecond)})
+	if _, _, wait, ok := p.pick("p", ""); ok || wait != 300*time.Millisecond {
+		t.Fatalf("pick with all paused = ok %v wait %v", ok, wait)
+	}
+}
+
+func TestMemberConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	p, _ := newTestPools(newFakeNow())
+	p.register(reg("one", 2)) // at most 2 in flight
+	for range 2 {
+		if _, _, _, ok := p.pick("p", ""); !ok {
+			t.Fatal("pick within the limit failed")
+		}
+	}
+	if _, _, _, ok := p.pick("p", ""); ok {
+		t.Fatal("a third concurrent pick of a 2 rps member")
+	}
+	p.record("p", "one", memberOutcome{status: 200, observed: true})
+	if _, _, _, ok := p.pick("p", ""); !ok {
+		t.Fatal("no pick after a slot freed")
+	}
+}
+
+func TestRegisterWakesThePoolAndLeaveRemoves(t *testing.T) {
+	t.Parallel()
+	p, woken := newTestPools(newFakeNow())
+	if !p.register(reg("m", 10)) || p.register(reg("m", 10)) {
+		t.Fatal("register should report new then known")
+	}
+	if len(*woken) != 2 || (*woken)[0] != "p" {
+		t.Fatalf("woken %v", *woken)
+	}
+	if err := p.leave("p", "m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.leave("p", "m"); domain.CodeOf(err) != domain.CodeNotFound {
+		t.Fatalf("second leave = %v", err)
+	}
+	if _, _, _, ok := p.pick("p", ""); ok {
+		t.Fatal("picked from an empty pool")
+	}
+}
