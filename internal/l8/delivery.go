@@ -1,0 +1,133 @@
+package l8
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// L8 delivery headers (BEHAVIOR.md §23.6).
+const (
+	HeaderDeliveryID = "X-L8-Delivery-Id"
+	HeaderTimestamp  = "X-L8-Timestamp"
+	HeaderKeyID      = "X-L8-Key-Id"
+	HeaderSignature  = "X-L8-Signature"
+)
+
+// Standard Webhooks headers (https://www.standardwebhooks.com).
+const (
+	HeaderWebhookID        = "Webhook-Id"
+	HeaderWebhookTimestamp = "Webhook-Timestamp"
+	HeaderWebhookSignature = "Webhook-Signature"
+)
+
+// DeliveryString is the exact string an L8 delivery signature covers:
+// "{delivery_id}.{timestamp}.{base64(sha256(body))}".
+func DeliveryString(deliveryID, timestamp string, body []byte) string {
+	sum := sha256.Sum256(body)
+	return deliveryID + "." + timestamp + "." + base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// StandardString is the exact string a Standard Webhooks signature covers:
+// "{webhook-id}.{webhook-timestamp}.{body}".
+func StandardString(msgID, timestamp string, body []byte) []byte {
+	b := make([]byte, 0, len(msgID)+len(timestamp)+2+len(body))
+	b = append(b, msgID...)
+	b = append(b, '.')
+	b = append(b, timestamp...)
+	b = append(b, '.')
+	return append(b, body...)
+}
+
+// SignL8 sets the four L8 delivery headers on h for body: a new delivery id
+// per attempt, the time, the key id and the signature.
+func (id *Identity) SignL8(h http.Header, body []byte, now time.Time) {
+	deliveryID, ts := NewUUID(), strconv.FormatInt(now.Unix(), 10)
+	sig := id.sign([]byte(DeliveryString(deliveryID, ts, body)))
+	h.Set(HeaderDeliveryID, deliveryID)
+	h.Set(HeaderTimestamp, ts)
+	h.Set(HeaderKeyID, id.KeyID())
+	h.Set(HeaderSignature, base64.StdEncoding.EncodeToString(sig))
+}
+
+// SignStandard sets the Standard Webhooks headers on h for body, with
+// msgID as webhook-id (stable across retries of one message) and an
+// asymmetric v1a signature.
+func (id *Identity) SignStandard(h http.Header, msgID string, body []byte, now time.Time) {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	sig := id.sign(StandardString(msgID, ts, body))
+	h.Set(HeaderWebhookID, msgID)
+	h.Set(HeaderWebhookTimestamp, ts)
+	h.Set(HeaderWebhookSignature, "v1a,"+base64.StdEncoding.EncodeToString(sig))
+}
+
+// ParsePublicKey accepts a public key in either published form: L8's
+// standard base64 of the 32 bytes, or Standard Webhooks' "whpk_" + base64.
+func ParsePublicKey(s string) (ed25519.PublicKey, error) {
+	return decodePublicKey(strings.TrimPrefix(strings.TrimSpace(s), "whpk_"))
+}
+
+// Verification errors.
+var (
+	ErrUnsigned     = errors.New("l8: the delivery carries no signature")
+	ErrBadSignature = errors.New("l8: the signature does not verify")
+	ErrStale        = errors.New("l8: the delivery's timestamp is outside the allowed window")
+	ErrReplayed     = errors.New("l8: this delivery was already accepted")
+)
+
+// VerifyL8 checks the L8 headers of a delivery against pub. It does not
+// check replays: see the webhookverify package for the full check.
+func VerifyL8(pub ed25519.PublicKey, h http.Header, body []byte, now time.Time, window time.Duration) (deliveryID string, err error) {
+	deliveryID, ts, sigB64 := h.Get(HeaderDeliveryID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
+	if deliveryID == "" || ts == "" || sigB64 == "" {
+		return "", ErrUnsigned
+	}
+	if err := checkTimestamp(ts, now, window); err != nil {
+		return "", err
+	}
+	sig, err := base64.StdEncoding.DecodeString(sigB64)
+	if err != nil || len(sig) != ed25519.SignatureSize || !ed25519.Verify(pub, []byte(DeliveryString(deliveryID, ts, body)), sig) {
+		return "", ErrBadSignature
+	}
+	return deliveryID, nil
+}
+
+// VerifyStandard checks the Standard Webhooks headers of a delivery against
+// pub: any v1a entry of the space-separated signature list may match.
+func VerifyStandard(pub ed25519.PublicKey, h http.Header, body []byte, now time.Time, window time.Duration) (msgID string, err error) {
+	msgID, ts, sigs := h.Get(HeaderWebhookID), h.Get(HeaderWebhookTimestamp), h.Get(HeaderWebhookSignature)
+	if msgID == "" || ts == "" || sigs == "" {
+		return "", ErrUnsigned
+	}
+	if err := checkTimestamp(ts, now, window); err != nil {
+		return "", err
+	}
+	signed := StandardString(msgID, ts, body)
+	for _, entry := range strings.Fields(sigs) {
+		version, b64, ok := strings.Cut(entry, ",")
+		if !ok || version != "v1a" {
+			continue
+		}
+		sig, err := base64.StdEncoding.DecodeString(b64)
+		if err == nil && len(sig) == ed25519.SignatureSize && ed25519.Verify(pub, signed, sig) {
+			return msgID, nil
+		}
+	}
+	return "", ErrBadSignature
+}
+
+func checkTimestamp(ts string, now time.Time, window time.Duration) error {
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return ErrStale
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > window || d < -window {
+		return ErrStale
+	}
+	return nil
+}

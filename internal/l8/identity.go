@@ -1,0 +1,136 @@
+// Package l8 implements the L8 protocol v0.1, with which Aquifer proves its
+// identity to webhook receivers: an Ed25519 identity, the challenge/response
+// handshake in both roles, signing and verifying deliveries, the trust cache,
+// and Standard Webhooks (https://www.standardwebhooks.com) asymmetric
+// signatures over the same key.
+//
+// It is a leaf library: standard library only, no goroutines, no clock reads
+// (callers pass now), no network I/O (the handshake's HTTP calls belong to
+// the caller).
+package l8
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// ProtocolVersion is the L8 version spoken here.
+const ProtocolVersion = "0.1"
+
+// Identity is Aquifer's Ed25519 key pair.
+type Identity struct {
+	priv ed25519.PrivateKey
+	pub  ed25519.PublicKey
+}
+
+// KeySource says where an identity came from, for the start-up log.
+type KeySource string
+
+const (
+	FromEnv       KeySource = "environment"
+	FromFile      KeySource = "key file"
+	FromGenerated KeySource = "generated"
+)
+
+// LoadIdentity returns the identity from envKey (standard base64 of the
+// 64-byte Ed25519 private key, as L8_PRIVATE_KEY carries it) if set, else
+// from the key file at path (raw 64 bytes), else a new key pair written to
+// path with mode 0600. An envKey that is set but invalid is an error: a
+// misconfigured identity must not silently become a different one.
+func LoadIdentity(envKey, path string) (*Identity, KeySource, error) {
+	if envKey != "" {
+		raw, err := base64.StdEncoding.DecodeString(envKey)
+		if err != nil || len(raw) != ed25519.PrivateKeySize {
+			return nil, "", errors.New("L8_PRIVATE_KEY must be the standard base64 of a 64-byte Ed25519 private key")
+		}
+		return newIdentity(ed25519.PrivateKey(raw)), FromEnv, nil
+	}
+	if path == "" {
+		return nil, "", errors.New("l8: no key path")
+	}
+	raw, err := os.ReadFile(path)
+	switch {
+	case err == nil && len(raw) == ed25519.PrivateKeySize:
+		id := newIdentity(ed25519.PrivateKey(raw))
+		if !id.consistent() {
+			return nil, "", fmt.Errorf("l8 key file %s is corrupt (public half does not match)", path)
+		}
+		return id, FromFile, nil
+	case err == nil:
+		return nil, "", fmt.Errorf("l8 key file %s holds %d bytes, want %d", path, len(raw), ed25519.PrivateKeySize)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, "", fmt.Errorf("read l8 key file: %w", err)
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, "", fmt.Errorf("generate l8 key: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, "", fmt.Errorf("create l8 key directory: %w", err)
+	}
+	if err := writeFileAtomic(path, priv, 0o600); err != nil {
+		return nil, "", fmt.Errorf("save l8 key: %w", err)
+	}
+	return newIdentity(priv), FromGenerated, nil
+}
+
+// NewIdentity wraps a private key (tests, embedding).
+func NewIdentity(priv ed25519.PrivateKey) *Identity { return newIdentity(priv) }
+
+func newIdentity(priv ed25519.PrivateKey) *Identity {
+	return &Identity{priv: priv, pub: priv.Public().(ed25519.PublicKey)}
+}
+
+// consistent reports whether the stored public half matches the seed.
+func (id *Identity) consistent() bool {
+	derived := ed25519.NewKeyFromSeed(id.priv.Seed())
+	return string(derived.Public().(ed25519.PublicKey)) == string(id.priv[32:])
+}
+
+// PublicKey returns the raw 32-byte public key.
+func (id *Identity) PublicKey() ed25519.PublicKey { return id.pub }
+
+// PublicKeyBase64 is the public key as L8 publishes it.
+func (id *Identity) PublicKeyBase64() string { return base64.StdEncoding.EncodeToString(id.pub) }
+
+// KeyID is the standard base64 of the first 8 bytes of the public key.
+func (id *Identity) KeyID() string { return base64.StdEncoding.EncodeToString(id.pub[:8]) }
+
+// StandardWebhooksKey is the public key in Standard Webhooks form:
+// "whpk_" + base64 of the raw key.
+func (id *Identity) StandardWebhooksKey() string { return "whpk_" + id.PublicKeyBase64() }
+
+// sign signs msg with the identity.
+func (id *Identity) sign(msg []byte) []byte { return ed25519.Sign(id.priv, msg) }
+
+// writeFileAtomic writes data to a temporary file in the same directory and
+// renames it over path, so a crash never leaves a half-written file.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
