@@ -16,8 +16,7 @@ build: ## build aquiferd and the tools into ./bin
 
 run: ## build and start aquiferd on :8080 with data in ./data
 	$(GO) build -o $(BIN)/aquiferd ./cmd/aquiferd
-	@mkdir -p data
-	PORT=$${PORT:-8080} DB_PATH=$${DB_PATH:-data/aquifer.db} AQUIFER_LOG_FORMAT=$${AQUIFER_LOG_FORMAT:-console} ./$(BIN)/aquiferd
+	PORT=$${PORT:-8080} AQUIFER_LOG_FORMAT=$${AQUIFER_LOG_FORMAT:-console} ./$(BIN)/aquiferd
 
 test: ## go vet + the whole suite with the race detector
 	@scripts/test-deps.sh

@@ -58,14 +58,13 @@ func startDaemon(ctx context.Context, o options, rates []upstreamRate) (*daemon,
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, o.aquiferd)
+	cmd.Dir = dir
 	var schema string
-	storeEnv := []string{"DB_PATH=" + filepath.Join(dir, "data", "aquifer.db")}
+	storeEnv := []string{"AQUIFER_DATA_DIR=" + filepath.Join(dir, "data")}
 	switch o.store {
-	case "pebble":
-		storeEnv = []string{"DB_PATH=" + filepath.Join(dir, "pebble")}
 	case "postgres":
 		schema = "aqbench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		storeEnv = []string{"AQUIFER_POSTGRES_DSN=" + o.pgDSN, "AQUIFER_POSTGRES_SCHEMA=" + schema}
+		storeEnv = append(storeEnv, "AQUIFER_POSTGRES_DSN="+o.pgDSN, "AQUIFER_POSTGRES_SCHEMA="+schema)
 	}
 	cmd.Env = append(append(os.Environ(), storeEnv...),
 		"PORT="+strconv.Itoa(port),

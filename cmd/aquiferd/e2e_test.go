@@ -179,9 +179,37 @@ func submitJobs(t *testing.T, base string, n, workers int, body func(i int) stri
 // TestKill9MidDrainLosesNothing submits 2,000 jobs against a paced upstream,
 // kills aquiferd with SIGKILL while it drains them, restarts it on the same
 // database and checks that every accepted job reached the target and every
-// webhook arrived (duplicates are allowed: delivery is at-least-once).
+// webhook arrived (duplicates are allowed: delivery is at-least-once). It runs
+// once per store backend.
 func TestKill9MidDrainLosesNothing(t *testing.T) {
 	t.Parallel()
+	for _, backend := range []string{"sqlite", "pebble", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			kill9(t, storeEnv(t, backend))
+		})
+	}
+}
+
+// storeEnv returns the environment selecting backend with fresh storage.
+func storeEnv(t *testing.T, backend string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	switch backend {
+	case "pebble":
+		return []string{"AQUIFER_STORE_BACKEND=pebble", "DB_PATH=" + filepath.Join(dir, "pebble")}
+	case "postgres":
+		schema := postgresSchema(t)
+		// A stable instance id, as the docs recommend: the restarted process
+		// takes back the work its previous life owned at once.
+		return []string{"AQUIFER_STORE_BACKEND=postgres", "AQUIFER_POSTGRES_DSN=" + testDatabaseURL(),
+			"AQUIFER_POSTGRES_SCHEMA=" + schema, "AQUIFER_INSTANCE_ID=e2e-" + schema}
+	default:
+		return []string{"DB_PATH=" + filepath.Join(dir, "data", "aquifer.db")}
+	}
+}
+
+func kill9(t *testing.T, storeEnv []string) {
 	const n = 2000
 	target := newRecorder(t, func(r *http.Request, _ []byte) string { return r.Header.Get("X-Job-Key") })
 	hooks := newRecorder(t, func(_ *http.Request, body []byte) string {
@@ -198,7 +226,7 @@ func TestKill9MidDrainLosesNothing(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"DB_PATH=" + filepath.Join(dir, "data", "aquifer.db"), "CONFIG_PATH=" + cfg}
+	env := append([]string{"CONFIG_PATH=" + cfg}, storeEnv...)
 
 	d := startDaemon(t, env)
 	body := func(i int) string {
@@ -337,5 +365,48 @@ func TestBadConfigStopsWithMessage(t *testing.T) {
 	err := Run(context.Background(), nil, lookup, io.Discard, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "AQUIFER_MAX_BODY_BYTES") {
 		t.Fatalf("Run with a bad setting = %v, want an error naming AQUIFER_MAX_BODY_BYTES", err)
+	}
+}
+
+// TestPoolJobsSurviveKill9 queues pool jobs while the pool has no members,
+// kills aquiferd, restarts it, registers a member (pool membership is in
+// memory, so members rejoin with their next heartbeat) and checks every job
+// reaches it — the original could not recover pool jobs on SQLite.
+func TestPoolJobsSurviveKill9(t *testing.T) {
+	t.Parallel()
+	const n = 50
+	target := newRecorder(t, func(r *http.Request, body []byte) string { return string(body) })
+	env := storeEnv(t, "sqlite")
+	d := startDaemon(t, env)
+	ids := submitJobs(t, d.url, n, 4, func(i int) string {
+		return fmt.Sprintf(`{"user_id":"p","idempotent_key":"pool%d","pool_id":"readers","method":"POST","body":"job-%d"}`, i, i)
+	})
+	for i, id := range ids {
+		if id == "" {
+			t.Fatalf("pool job %d not accepted", i)
+		}
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.cmd.Wait()
+
+	d2 := startDaemon(t, env)
+	reg := fmt.Sprintf(`{"member_id":"m1","address":%q,"capacity_rps":200}`, target.URL+"/read")
+	resp, err := http.Post(d2.url+"/pools/readers/members", "application/json", strings.NewReader(reg))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("register after restart: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("job-%d", i)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(target.missing(keys)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pool jobs never reached the member after restart", len(target.missing(keys)))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

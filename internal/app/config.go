@@ -82,6 +82,10 @@ type Config struct {
 	// refreshed while anybody uses them. Default 1s.
 	LoadRefresh time.Duration
 
+	// L8 signs webhook deliveries (Standard Webhooks always, L8 for
+	// receivers that proved their identity). Off when L8.Identity is nil.
+	L8 L8Config
+
 	// Rand returns numbers in [0,1) for jitter; default math/rand/v2.
 	Rand func() float64
 }

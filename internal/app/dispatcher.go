@@ -20,6 +20,7 @@ type dispatcher struct {
 	broker *Broker
 	load   *loadGauge
 	pools  *pools
+	trust  *trustManager // nil when deliveries are not signed
 
 	mu       sync.RWMutex // guards lanes, started, stopping
 	lanes    map[domain.UpstreamKey]*lane
@@ -53,6 +54,9 @@ func newDispatcher(cfg Config, broker *Broker) *dispatcher {
 		lanes:     make(map[domain.UpstreamKey]*lane),
 		executing: make(map[domain.JobID]execInfo),
 		workers:   newWorkers(30 * time.Second),
+	}
+	if cfg.L8.Identity != nil {
+		d.trust = newTrustManager(cfg.L8, cfg.Doer, cfg.Clock, d.log)
 	}
 	d.loopCtx, d.stopLoops = context.WithCancel(context.Background())
 	d.runCtx, d.abortRuns = context.WithCancel(context.Background())

@@ -196,6 +196,7 @@ func (d *dispatcher) deliverAttempt(j *domain.Job, flowRate []string) (o *outcom
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.WebhookURL, bytes.NewReader(body))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
+			d.signDelivery(ctx, req, j, body)
 		}
 		return req, err
 	})

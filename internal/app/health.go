@@ -4,12 +4,19 @@ import (
 	"context"
 	"sort"
 	"time"
+
+	"github.com/aquiferhq/aquifer/internal/l8"
 )
 
 // Health is the /health document (BEHAVIOR.md §7, plus store health).
 type Health struct {
 	// Status is "ok" when the store answers, "degraded" otherwise.
-	Status    string                `json:"status"`
+	Status string `json:"status"`
+	// L8 identity, present when deliveries are signed.
+	L8Protocol          string `json:"l8_protocol,omitempty"`
+	L8PublicKey         string `json:"l8_public_key,omitempty"`
+	StandardWebhooksKey string `json:"standard_webhooks_public_key,omitempty"`
+
 	Store     StoreHealth           `json:"store"`
 	Jobs      JobCounts             `json:"jobs"`
 	Lanes     []LaneHealth          `json:"lanes"`
@@ -72,5 +79,8 @@ func (s *Service) Health(ctx context.Context) *Health {
 	sort.Slice(h.Lanes, func(i, j int) bool { return h.Lanes[i].Lane < h.Lanes[j].Lane })
 	h.Admission = s.adm.health(ctx, s.cfg.MaxBodyBytes)
 	h.Pools = s.pools.snapshot()
+	if id := s.cfg.L8.Identity; id != nil {
+		h.L8Protocol, h.L8PublicKey, h.StandardWebhooksKey = l8.ProtocolVersion, id.PublicKeyBase64(), id.StandardWebhooksKey()
+	}
 	return h
 }

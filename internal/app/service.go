@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/l8"
 )
 
 // Service is Aquifer's application core. Inbound adapters call its methods;
@@ -22,6 +23,7 @@ type Service struct {
 	load   *loadGauge
 	adm    *admission
 	pools  *pools
+	nonces *l8.Nonces // challenge nonces answered recently
 
 	// modes holds each upstream's account-queue mode (true: one queue per
 	// tenant). It lives as long as the process, not the lane.
@@ -44,6 +46,7 @@ func New(cfg Config) (*Service, error) {
 		log:    cfg.Logger.Named("app"),
 		ids:    domain.NewIDGenerator(cfg.Clock.Now),
 		broker: NewBroker(cfg.SubscriberBuffer),
+		nonces: l8.NewNonces(maxChallengeNonces),
 	}
 	s.d = newDispatcher(cfg, s.broker)
 	s.load = newLoadGauge(cfg.Store, s.d, s.log)

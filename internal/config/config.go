@@ -21,9 +21,11 @@
 package config
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -39,6 +41,9 @@ type Config struct {
 	// Host and Port the HTTP listener binds ("" = all interfaces).
 	Host string
 	Port int
+	// DataDir holds Aquifer's own files: the database by default, the L8
+	// key and the L8 trust directory.
+	DataDir string
 	// DBPath is the SQLite file, or the Pebble directory.
 	DBPath string
 	// ConfigPath is the YAML file the settings were read from ("" if none).
@@ -80,6 +85,15 @@ type Config struct {
 	Adapters []string
 	// DebugAddr, when set, serves Go's pprof handlers on that address.
 	DebugAddr string
+	// L8PrivateKey is the base64 Ed25519 private key ("" = use the key file).
+	L8PrivateKey string
+	// L8KeyPath is the key file, read or created; L8TrustDir holds the
+	// trusted receivers.
+	L8KeyPath  string
+	L8TrustDir string
+	// L8MissTTL is how long a webhook receiver without L8 is left alone
+	// before it is probed again.
+	L8MissTTL time.Duration
 	// Rates is the pacing table: defaults and per-upstream ceilings.
 	Rates Rates
 }
@@ -107,15 +121,18 @@ var Settings = []Setting{
 		apply: func(c *Config, v string) (err error) { c.Port, err = parseInt(v, 1, 65535); return }},
 	{Key: "host", Env: "AQUIFER_HOST", Default: "", Doc: "Interface the HTTP listener binds; empty means all.",
 		apply: func(c *Config, v string) error { c.Host = v; return nil }},
-	{Key: "db_path", Env: "DB_PATH", Default: "aquifer.db", Doc: "SQLite database file, or the Pebble directory. Its parent directory is created if missing.",
+	{Key: "data_dir", Env: "AQUIFER_DATA_DIR", Default: "data",
+		Doc: "Directory for Aquifer's own files: the database (unless DB_PATH points elsewhere), the L8 key and the l8-trust directory. Created with mode 0700 if missing.",
 		apply: func(c *Config, v string) error {
 			if v == "" {
 				return errors.New("must not be empty")
 			}
-			c.DBPath = v
+			c.DataDir = v
 			return nil
 		}},
-	{Key: "store.backend", Env: "AQUIFER_STORE_BACKEND", Default: "sqlite", Doc: "Job store backend: sqlite.",
+	{Key: "db_path", Env: "DB_PATH", Default: "", Doc: "SQLite database file, or the Pebble directory; empty means aquifer.db in the data directory. Its parent directory is created if missing.",
+		apply: func(c *Config, v string) error { c.DBPath = v; return nil }},
+	{Key: "store.backend", Env: "AQUIFER_STORE_BACKEND", Default: "sqlite", Doc: "Job store backend: sqlite, pebble or postgres.",
 		apply: func(c *Config, v string) (err error) {
 			c.StoreBackend, err = oneOf(v, "sqlite", "pebble", "postgres")
 			return
@@ -188,6 +205,26 @@ var Settings = []Setting{
 	{Key: "debug_addr", Env: "AQUIFER_DEBUG_ADDR", Default: "",
 		Doc:   "If set (e.g. 127.0.0.1:6060), serve Go's pprof profiling handlers there. Never expose it publicly.",
 		apply: func(c *Config, v string) error { c.DebugAddr = v; return nil }},
+	{Key: "l8.private_key", Env: "L8_PRIVATE_KEY", Default: "",
+		Doc: "Aquifer's L8 identity: standard base64 of a 64-byte Ed25519 private key. Empty means the key file. Invalid is an error at start.",
+		apply: func(c *Config, v string) error {
+			if v != "" {
+				if raw, err := base64.StdEncoding.DecodeString(v); err != nil || len(raw) != 64 {
+					return errors.New("must be the standard base64 of a 64-byte Ed25519 private key")
+				}
+			}
+			c.L8PrivateKey = v
+			return nil
+		}},
+	{Key: "l8.key_path", Env: "L8_KEY_PATH", Default: "",
+		Doc:   "L8 key file (raw 64 bytes, mode 0600), read at start or generated and written there. Empty means l8.key in the data directory.",
+		apply: func(c *Config, v string) error { c.L8KeyPath = v; return nil }},
+	{Key: "l8.trust_dir", Env: "AQUIFER_L8_TRUST_DIR", Default: "",
+		Doc:   "Directory of trusted webhook receivers, one {domain}.json each; delete a file to revoke trust. Empty means l8-trust in the data directory.",
+		apply: func(c *Config, v string) error { c.L8TrustDir = v; return nil }},
+	{Key: "l8.miss_ttl", Env: "AQUIFER_L8_MISS_TTL", Default: "10m",
+		Doc:   "How long a webhook receiver that does not speak L8 (or failed the handshake) gets unsigned deliveries before it is probed again.",
+		apply: func(c *Config, v string) (err error) { c.L8MissTTL, err = parseDuration(v); return }},
 	{Key: "adapter", Env: "AQUIFER_ADAPTER", Default: "http", Doc: "Inbound adapters to run, comma-separated: http.",
 		apply: func(c *Config, v string) error {
 			c.Adapters = nil
@@ -264,6 +301,15 @@ func (c *Config) finish(lookup LookupEnv) []error {
 		} else {
 			errs = append(errs, errors.New("AQUIFER_STORE_BACKEND=postgres needs AQUIFER_POSTGRES_DSN (or DATABASE_URL)"))
 		}
+	}
+	if c.DBPath == "" {
+		c.DBPath = filepath.Join(c.DataDir, "aquifer.db")
+	}
+	if c.L8KeyPath == "" {
+		c.L8KeyPath = filepath.Join(c.DataDir, "l8.key")
+	}
+	if c.L8TrustDir == "" {
+		c.L8TrustDir = filepath.Join(c.DataDir, "l8-trust")
 	}
 	if c.InstanceID == "" {
 		host, err := os.Hostname()

@@ -98,7 +98,10 @@ func (id *Identity) Answer(c *ChallengeRequest, now time.Time, nonces *Nonces) (
 	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(pub, msg, sig) {
 		return nil, &ChallengeError{"signature verification failed"}
 	}
-	if !nonces.remember(c.Nonce, now) {
+	// Keep the nonce for as long as its timestamp would still be accepted,
+	// so a challenge dated in the future cannot be replayed later.
+	until := time.Unix(c.Timestamp, 0).Add(ChallengeWindow)
+	if !nonces.remember(c.Nonce, now, until) {
 		return nil, &ChallengeError{"nonce already used"} // a concurrent request won the race
 	}
 	return &ChallengeResponse{ChallengeID: c.ChallengeID, Nonce: c.Nonce,
@@ -137,8 +140,9 @@ func (n *Nonces) seen(nonce string, now time.Time) bool {
 	return ok && now.Before(exp)
 }
 
-// remember records nonce; false if it is already there or the cache is full.
-func (n *Nonces) remember(nonce string, now time.Time) bool {
+// remember records nonce until until; false if it is already there or the
+// cache is full.
+func (n *Nonces) remember(nonce string, now, until time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if exp, ok := n.byNonce[nonce]; ok && now.Before(exp) {
@@ -154,7 +158,10 @@ func (n *Nonces) remember(nonce string, now time.Time) bool {
 			return false
 		}
 	}
-	n.byNonce[nonce] = now.Add(ChallengeWindow)
+	if until.Before(now) {
+		until = now
+	}
+	n.byNonce[nonce] = until
 	return true
 }
 

@@ -170,6 +170,15 @@ func TestAnswerRejections(t *testing.T) {
 	reject("replayed", c, t0.Add(time.Second), "nonce already used")
 	// After the window the nonce may be forgotten, but then the timestamp is stale anyway.
 	reject("replayed late", c, t0.Add(6*time.Minute), "timestamp expired")
+
+	// A challenge dated 4 minutes ahead is answered now and must stay
+	// refused for as long as its timestamp is acceptable (until t0+9m).
+	future := sender.NewChallenge(t0.Add(4 * time.Minute))
+	if _, err := receiver.Answer(future, t0, nonces); err != nil {
+		t.Fatalf("future-dated challenge within the window: %v", err)
+	}
+	reject("future-dated, replayed after 6m", future, t0.Add(6*time.Minute), "nonce already used")
+	reject("future-dated, replayed after 10m", future, t0.Add(10*time.Minute), "timestamp expired")
 }
 
 func TestNoncesAreBounded(t *testing.T) {

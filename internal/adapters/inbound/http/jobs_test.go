@@ -24,6 +24,7 @@ import (
 	"github.com/aquiferhq/aquifer/internal/adapters/outbound/memory"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/l8"
 )
 
 // ---------------------------------------------------------------------------
@@ -62,6 +63,7 @@ type envOptions struct {
 	pingErr   error                  // make the store's Ping fail
 	admission app.AdmissionConfig    // app.Config.Admission
 	poolToken string                 // httpapi.Options.PoolToken
+	l8        *l8.Identity           // app.Config.L8.Identity
 }
 
 type env struct {
@@ -82,6 +84,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Retry:        app.RetryPolicy{Attempts: 2, Backoff: []time.Duration{10 * time.Millisecond}},
 		Rates:        app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 8}, Hosts: o.hosts},
 		Admission:    o.admission,
+		L8:           app.L8Config{Identity: o.l8},
 	})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)

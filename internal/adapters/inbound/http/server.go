@@ -15,6 +15,7 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/l8"
 )
 
 // Core is what the HTTP adapter needs from the application.
@@ -27,6 +28,8 @@ type Core interface {
 	RegisterMember(ctx context.Context, r *domain.MemberRegistration) (bool, error)
 	LeaveMember(ctx context.Context, poolID, memberID string) error
 	Pools() map[string]app.PoolHealth
+	L8Metadata() *l8.Metadata
+	L8Challenge(ctx context.Context, c *l8.ChallengeRequest) (*l8.ChallengeResponse, error)
 }
 
 var _ Core = (*app.Service)(nil)
@@ -80,6 +83,9 @@ func New(core Core, opts Options) *Handler {
 	r.Delete("/pools/{pool_id}/members/{member_id}", h.leaveMember)
 	r.Get("/pools", h.listPools)
 	r.Get("/pools/{pool_id}", h.getPool)
+	r.Get("/.well-known/l8", h.l8Metadata)
+	r.Post("/l8/challenge", h.l8Challenge)
+	r.Get("/l8-spec", h.l8Spec)
 	r.Get("/health", h.health)
 	r.Head("/health", h.health)
 	h.mux = r

@@ -1,0 +1,259 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/l8"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// TrustStore keeps the receivers that proved their L8 identity
+// (l8.FileTrust is the default). Get returns l8.ErrNoTrust for unknown or
+// revoked receivers.
+type TrustStore interface {
+	Get(domain string) (*l8.Trust, error)
+	Put(t *l8.Trust) error
+}
+
+// L8Config turns on signed webhook deliveries.
+type L8Config struct {
+	// Identity is Aquifer's key pair; nil disables signing altogether.
+	Identity *l8.Identity
+	// Trust stores trusted receivers; nil keeps trust in memory only.
+	Trust TrustStore
+	// MissTTL is how long a receiver that does not speak L8 (or failed the
+	// handshake) is left alone before it is probed again. Default 10m.
+	MissTTL time.Duration
+	// HandshakeTimeout bounds each handshake request. Default 5s.
+	HandshakeTimeout time.Duration
+}
+
+// trustManager establishes and remembers trust with webhook receivers
+// (BEHAVIOR.md §23.3), once per receiver at a time.
+type trustManager struct {
+	cfg   L8Config
+	doer  ports.Doer
+	clock ports.Clock
+	log   *zap.Logger
+
+	mu       sync.Mutex
+	misses   map[string]time.Time     // domain → probe again after
+	inflight map[string]chan struct{} // domain → handshake running
+}
+
+func newTrustManager(cfg L8Config, doer ports.Doer, clock ports.Clock, log *zap.Logger) *trustManager {
+	if cfg.MissTTL <= 0 {
+		cfg.MissTTL = 10 * time.Minute
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 5 * time.Second
+	}
+	if cfg.Trust == nil {
+		cfg.Trust = &memTrust{m: map[string]*l8.Trust{}}
+	}
+	return &trustManager{cfg: cfg, doer: doer, clock: clock, log: log.Named("l8"),
+		misses: map[string]time.Time{}, inflight: map[string]chan struct{}{}}
+}
+
+// domainOf returns scheme://host[:port] of a URL, "" if it has none.
+func domainOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// trusted reports whether deliveries to target should be L8-signed,
+// running the handshake first if the receiver is neither trusted nor
+// recently found not to speak L8. Concurrent deliveries to one receiver
+// share one handshake. Any failure leaves the delivery unsigned.
+func (tm *trustManager) trusted(ctx context.Context, target string) bool {
+	dom := domainOf(target)
+	if dom == "" {
+		return false
+	}
+	for {
+		if _, err := tm.cfg.Trust.Get(dom); err == nil {
+			return true
+		}
+		tm.mu.Lock()
+		if until, ok := tm.misses[dom]; ok && tm.clock.Now().Before(until) {
+			tm.mu.Unlock()
+			return false
+		}
+		if wait, ok := tm.inflight[dom]; ok {
+			tm.mu.Unlock()
+			select {
+			case <-wait:
+				continue // look at the result
+			case <-ctx.Done():
+				return false
+			}
+		}
+		done := make(chan struct{})
+		tm.inflight[dom] = done
+		tm.mu.Unlock()
+
+		err := tm.handshake(ctx, dom)
+		tm.mu.Lock()
+		delete(tm.inflight, dom)
+		if err != nil {
+			tm.misses[dom] = tm.clock.Now().Add(tm.cfg.MissTTL)
+		} else {
+			delete(tm.misses, dom)
+		}
+		tm.mu.Unlock()
+		close(done)
+		if err != nil {
+			tm.log.Info("webhook receiver does not speak L8; deliveries go unsigned",
+				zap.String("domain", dom), zap.String("reason", err.Error()), zap.Duration("retry_in", tm.cfg.MissTTL))
+			return false
+		}
+		tm.log.Info("webhook receiver trusted", zap.String("domain", dom))
+		return true
+	}
+}
+
+// handshake discovers the receiver's key, challenges it and verifies its
+// proof, then saves the trust.
+func (tm *trustManager) handshake(ctx context.Context, dom string) error {
+	var meta l8.Metadata
+	if err := tm.exchange(ctx, http.MethodGet, dom+"/.well-known/l8", nil, &meta); err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	if meta.PublicKey == "" || meta.ChallengeEndpoint == "" {
+		return errors.New("discovery: no public_key or challenge_endpoint")
+	}
+	endpoint := meta.ChallengeEndpoint
+	if !strings.HasPrefix(endpoint, "http://") && !strings.HasPrefix(endpoint, "https://") {
+		endpoint = dom + "/" + strings.TrimPrefix(endpoint, "/")
+	}
+	if domainOf(endpoint) != dom {
+		return errors.New("challenge endpoint is on another host")
+	}
+	c := tm.cfg.Identity.NewChallenge(tm.clock.Now())
+	var resp l8.ChallengeResponse
+	if err := tm.exchange(ctx, http.MethodPost, endpoint, c, &resp); err != nil {
+		return fmt.Errorf("challenge: %w", err)
+	}
+	if err := l8.VerifyResponse(c, &resp, meta.PublicKey); err != nil {
+		return fmt.Errorf("ownership proof failed: %w", err)
+	}
+	caps := meta.Capabilities
+	if len(caps) == 0 {
+		caps = []string{"signed_payloads"}
+	}
+	return tm.cfg.Trust.Put(&l8.Trust{Domain: dom, PublicKey: meta.PublicKey, ValidatedAt: tm.clock.Now().Unix(),
+		ProtocolVersion: l8.ProtocolVersion, Capabilities: caps})
+}
+
+// exchange does one JSON request of the handshake with its own deadline.
+func (tm *trustManager) exchange(ctx context.Context, method, target string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, tm.cfg.HandshakeTimeout)
+	defer cancel()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := tm.doer.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return fmt.Errorf("%s %s answered %d", method, target, resp.StatusCode)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(out)
+}
+
+// memTrust is the in-memory TrustStore used when none is configured.
+type memTrust struct {
+	mu sync.Mutex
+	m  map[string]*l8.Trust
+}
+
+func (t *memTrust) Get(d string) (*l8.Trust, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tr, ok := t.m[d]; ok {
+		return tr, nil
+	}
+	return nil, l8.ErrNoTrust
+}
+
+func (t *memTrust) Put(tr *l8.Trust) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.m[tr.Domain] = tr
+	return nil
+}
+
+// signDelivery adds the signatures to a webhook delivery: Standard Webhooks
+// always (webhook-id is the job id, stable across retries), L8 when the
+// receiver is trusted (a new delivery id per attempt).
+func (d *dispatcher) signDelivery(ctx context.Context, req *http.Request, j *domain.Job, body []byte) {
+	if d.trust == nil {
+		return
+	}
+	now := d.cfg.Clock.Now()
+	id := d.cfg.L8.Identity
+	id.SignStandard(req.Header, "msg_"+string(j.ID), body, now)
+	if d.trust.trusted(ctx, j.WebhookURL) {
+		id.SignL8(req.Header, body, now)
+	}
+}
+
+// L8Metadata is the discovery document for /.well-known/l8 (nil when L8 is
+// off).
+func (s *Service) L8Metadata() *l8.Metadata {
+	if s.cfg.L8.Identity == nil {
+		return nil
+	}
+	m := s.cfg.L8.Identity.Metadata()
+	return &m
+}
+
+// L8Challenge answers another party's challenge (BEHAVIOR.md §23.4).
+// Rejections are domain.CodeInvalid errors with the protocol's messages.
+func (s *Service) L8Challenge(_ context.Context, c *l8.ChallengeRequest) (*l8.ChallengeResponse, error) {
+	if s.cfg.L8.Identity == nil {
+		return nil, &domain.Error{Code: domain.CodeNotFound, Message: "L8 is not enabled"}
+	}
+	resp, err := s.cfg.L8.Identity.Answer(c, s.cfg.Clock.Now(), s.nonces)
+	var ce *l8.ChallengeError
+	if errors.As(err, &ce) {
+		return nil, domain.Invalid("", "%s", ce.Message)
+	}
+	return resp, err
+}
+
+// maxChallengeNonces bounds the nonces remembered for /l8/challenge; when it
+// is full of live nonces new challenges are refused until some expire.
+const maxChallengeNonces = 100_000
