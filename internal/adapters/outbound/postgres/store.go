@@ -1,0 +1,644 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// Options configure a Store.
+type Options struct {
+	// DSN is the database to use, as a URL or key=value string; required.
+	DSN string
+	// Schema, if set, is created when missing and put first on every
+	// connection's search_path, so Aquifer's tables live in it.
+	Schema string
+	// Owner is this process's instance id (for example "host:port"); required.
+	// It must be unique among the processes sharing the database: the work a
+	// process inserts or reads is recorded as owned by it.
+	Owner string
+	// Lease is how long this process's claims stay valid without renewal;
+	// they are renewed every Lease/3. Default 30s.
+	Lease time.Duration
+	// MaxConns caps the connection pool; default 8.
+	MaxConns int32
+	// MaxBatch caps how many operations share one transaction; default 1024.
+	MaxBatch int
+	// GatherYields is how many times the writer yields the processor to let
+	// more operations join a group before committing it; default 2, negative
+	// for none.
+	GatherYields int
+	// Timeout bounds every operation (each read, each group commit) so that
+	// nothing hangs while the database is unreachable; default 10s. Opening a
+	// connection is bounded by the DSN's connect_timeout, default 5s.
+	Timeout time.Duration
+	// Logger receives store errors; default no-op.
+	Logger *zap.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 8
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1024
+	}
+	if o.GatherYields == 0 {
+		o.GatherYields = 2
+	} else if o.GatherYields < 0 {
+		o.GatherYields = 0
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
+// Store is a JobStore on PostgreSQL that several processes can share.
+type Store struct {
+	opts Options
+	log  *zap.Logger
+	pool *pgxpool.Pool
+	path string // DSN without password
+
+	ops       chan *op
+	closeOnce sync.Once
+	closing   chan struct{}
+	done      chan struct{} // writer stopped
+	mu        sync.RWMutex  // guards closed against sends after Close
+	closed    bool
+
+	renewOnce sync.Once
+	renewStop chan struct{}
+	renewDone chan struct{}
+
+	commits, committedOps, renewals atomic.Int64
+}
+
+// Stats are cumulative counters.
+type Stats struct {
+	Commits  int64 // transactions the writer committed
+	Ops      int64 // operations in them
+	Renewals int64 // lease renewals that succeeded
+}
+
+// Stats returns the writer counters: Ops/Commits is the mean group size.
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.commits.Load(), Ops: s.committedOps.Load(), Renewals: s.renewals.Load()}
+}
+
+var _ ports.JobStore = (*Store)(nil)
+
+// Open connects to the database, applies pending migrations, takes this
+// process's ownership lease and starts the writer and the lease renewer.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if opts.DSN == "" {
+		return nil, errors.New("postgres: empty DSN")
+	}
+	if opts.Owner == "" {
+		return nil, errors.New("postgres: empty Owner (this process's instance id)")
+	}
+	cfg, err := pgxpool.ParseConfig(opts.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse DSN %s: %w", redact(opts.DSN), err)
+	}
+	cfg.MaxConns = opts.MaxConns
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	if opts.Schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{opts.Schema}.Sanitize() + ", public"
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "aquiferd"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	s := &Store{
+		opts:      opts,
+		log:       opts.Logger,
+		pool:      pool,
+		path:      redact(opts.DSN),
+		ops:       make(chan *op, 4*opts.MaxBatch),
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+		renewStop: make(chan struct{}),
+		renewDone: make(chan struct{}),
+	}
+	octx, cancel := context.WithTimeout(ctx, 2*opts.Timeout)
+	defer cancel()
+	if err := s.migrate(octx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := s.takeLease(octx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	go s.writer()
+	go s.renewer()
+	return s, nil
+}
+
+// takeLease records this process as a live owner. A lease under the same
+// name that has not run out means either a restart within the lease (fine)
+// or another live process configured with the same instance id (not fine:
+// both would treat the other's work as their own), so it is logged.
+func (s *Store) takeLease(ctx context.Context) error {
+	var live bool
+	err := s.pool.QueryRow(ctx, "SELECT until > now() FROM aquifer_owners WHERE owner = $1", s.opts.Owner).Scan(&live)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("postgres %s: read ownership lease: %w", s.path, err)
+	}
+	if live {
+		s.log.Warn("another process may be using this instance id; instance ids must be unique among processes sharing the database",
+			zap.String("owner", s.opts.Owner))
+	}
+	if err := s.renew(ctx); err != nil {
+		return fmt.Errorf("postgres %s: take ownership lease: %w", s.path, err)
+	}
+	// Forget instances that have been gone for a day and own no ready work.
+	if _, err := s.pool.Exec(ctx, `DELETE FROM aquifer_owners o WHERE until < now() - interval '1 day'
+		AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.owner = o.owner AND j.ready_lane <> '')`); err != nil {
+		s.log.Warn("pruning old ownership leases failed", zap.Error(err))
+	}
+	return nil
+}
+
+const sqlRenew = `INSERT INTO aquifer_owners (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond')
+	ON CONFLICT (owner) DO UPDATE SET until = excluded.until`
+
+func (s *Store) renew(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, sqlRenew, s.opts.Owner, s.opts.Lease.Milliseconds()); err != nil {
+		return err
+	}
+	s.renewals.Add(1)
+	return nil
+}
+
+// renewer extends this process's lease every Lease/3 until Close.
+func (s *Store) renewer() {
+	defer close(s.renewDone)
+	t := time.NewTicker(max(s.opts.Lease/3, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.renewStop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(s.opts.Timeout, s.opts.Lease/3))
+		err := s.renew(ctx)
+		cancel()
+		if err != nil {
+			s.log.Warn("renewing the ownership lease failed; peers take over this process's work if it runs out",
+				zap.Duration("lease", s.opts.Lease), zap.Error(err))
+		}
+	}
+}
+
+// stopRenewing stops the lease renewer (Close does it too).
+func (s *Store) stopRenewing() {
+	s.renewOnce.Do(func() { close(s.renewStop) })
+	<-s.renewDone
+}
+
+// Path returns the DSN without its password.
+func (s *Store) Path() string { return s.path }
+
+// Close commits pending operations, stops the writer and the lease renewer,
+// releases this process's lease (so peers may take over its remaining work at
+// once instead of after the lease) and closes the pool. Safe to call twice.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.closing)
+		<-s.done
+		s.stopRenewing()
+		ctx, cancel := context.WithTimeout(context.Background(), min(s.opts.Timeout, 2*time.Second))
+		if _, err := s.pool.Exec(ctx, "UPDATE aquifer_owners SET until = now() - interval '1 millisecond' WHERE owner = $1", s.opts.Owner); err != nil {
+			s.log.Warn("releasing the ownership lease failed; peers take over after it runs out", zap.Error(err))
+		}
+		cancel()
+		s.pool.Close()
+	})
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.closed
+}
+
+// opCtx bounds one operation by Options.Timeout.
+func (s *Store) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
+
+// unavailable wraps a backend failure: the caller may retry later.
+func unavailable(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var de *domain.Error
+	if errors.As(err, &de) && de.Code == domain.CodeUnavailable {
+		return err
+	}
+	return domain.Unavailable("job store unavailable", fmt.Errorf("%s: %w", what, err))
+}
+
+// submit hands an operation to the writer. When o.done is set it waits for the
+// result; once submitted, the wait ignores ctx (the group commit is bounded
+// by Options.Timeout), so a caller that goes away cannot be told "failed"
+// about a write that in fact committed.
+func (s *Store) submit(ctx context.Context, o *op) opResult {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return opResult{err: domain.ErrClosed}
+	}
+	select {
+	case s.ops <- o:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return opResult{err: unavailable("submit write", ctx.Err())}
+	}
+	s.mu.RUnlock()
+	if o.done == nil {
+		return opResult{}
+	}
+	return <-o.done
+}
+
+func wait() chan opResult { return make(chan opResult, 1) }
+
+// Insert implements ports.JobStore. The new job is owned by this process.
+func (s *Store) Insert(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
+	r := s.submit(ctx, &op{kind: opInsert, job: job, done: wait()})
+	return r.job, r.fresh, r.err
+}
+
+// Delete implements ports.JobStore.
+func (s *Store) Delete(ctx context.Context, id domain.JobID) error {
+	return s.submit(ctx, &op{kind: opDelete, id: id, done: wait()}).err
+}
+
+// MarkInFlight implements ports.JobStore. It does not wait for the commit.
+func (s *Store) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) error {
+	return s.submit(ctx, &op{kind: opMarkInFlight, id: p.ID, at: p.At}).err
+}
+
+// Requeue implements ports.JobStore. The job stays (or becomes) owned by
+// this process, which keeps the retry.
+func (s *Store) Requeue(ctx context.Context, p *ports.RequeueParams) error {
+	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, requeue: p, done: wait()}).err
+}
+
+// Finish implements ports.JobStore. A delivery it makes due is owned by this
+// process.
+func (s *Store) Finish(ctx context.Context, p *ports.FinishParams) (int64, error) {
+	r := s.submit(ctx, &op{kind: opFinish, id: p.ID, finish: p, done: wait()})
+	return r.n, r.err
+}
+
+// FinishDelivery implements ports.JobStore.
+func (s *Store) FinishDelivery(ctx context.Context, p *ports.FinishDeliveryParams) error {
+	return s.submit(ctx, &op{kind: opFinishDelivery, id: p.ID, delivery: p, done: wait()}).err
+}
+
+// RecoverInFlight implements ports.JobStore for the jobs this process owns
+// and orphaned ones; a live peer's in-flight work is left alone.
+func (s *Store) RecoverInFlight(ctx context.Context) (int, error) {
+	r := s.submit(ctx, &op{kind: opRecover, at: time.Now(), done: wait()})
+	return int(r.n), r.err
+}
+
+// mineOrDead is an expression for this process ($me) and the owners whose
+// lease has run out: the work recovery may touch.
+func mineOrDead(me string) string {
+	return "ARRAY[" + me + "::text] || " + deadOwners(me)
+}
+
+// deadOwners is an expression for the owners whose lease has run out, other
+// than $me: their ready work is orphaned. As an ARRAY(...) it is evaluated
+// once per statement (an InitPlan), against the database clock.
+func deadOwners(me string) string {
+	return "ARRAY(SELECT owner FROM aquifer_owners WHERE until < now() AND owner <> " + me + ")"
+}
+
+// ResetStale implements ports.JobStore for the jobs this process owns and
+// orphaned ones. Candidates are found with a read; the writer then resets each
+// one only if it is still in flight since before the cut-off and still owned
+// by this process or orphaned.
+func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
+	if s.isClosed() {
+		return nil, domain.ErrClosed
+	}
+	rctx, cancel := s.opCtx(ctx)
+	rows, err := s.pool.Query(rctx, "SELECT "+jobColumns+` FROM jobs
+		WHERE owner = ANY (`+mineOrDead("$1")+`)
+		AND ready_lane <> '' AND status = 'in_flight' AND dispatched_at < $2 ORDER BY ready_seq`,
+		s.opts.Owner, ms(p.DispatchedBefore))
+	var candidates []*domain.Job
+	if err == nil {
+		candidates, err = collect(rows)
+	}
+	cancel()
+	if err != nil {
+		return nil, unavailable("find stale jobs", err)
+	}
+	var keep []*domain.Job
+	for _, j := range candidates {
+		if !p.Exclude[j.ID] {
+			keep = append(keep, j)
+		}
+	}
+	if len(keep) == 0 {
+		return nil, nil
+	}
+	r := s.submit(ctx, &op{kind: opResetStale, jobs: keep, stale: p, done: wait()})
+	return r.jobs, r.err
+}
+
+// Purge implements ports.JobStore. Expired rows are found by a read and
+// deleted by the writer, which re-checks the expiry.
+func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
+	if s.isClosed() {
+		return 0, domain.ErrClosed
+	}
+	if p.Limit <= 0 {
+		return 0, nil
+	}
+	rctx, cancel := s.opCtx(ctx)
+	rows, err := s.pool.Query(rctx, "SELECT id FROM jobs WHERE expires_at <= $1 LIMIT $2", ms(p.Now), p.Limit)
+	var ids []string
+	if err == nil {
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	cancel()
+	if err != nil {
+		return 0, unavailable("find expired jobs", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	r := s.submit(ctx, &op{kind: opPurge, ids: ids, at: p.Now, done: wait()})
+	return int(r.n), r.err
+}
+
+const (
+	sqlGet    = "SELECT " + jobColumns + " FROM jobs WHERE id = $1"
+	sqlLookup = "SELECT " + jobColumns + " FROM jobs WHERE user_id = $1 AND idempotent_key = $2"
+)
+
+// Get implements ports.JobStore.
+func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
+	return s.getOne(ctx, "get job", sqlGet, string(id))
+}
+
+// Lookup implements ports.JobStore.
+func (s *Store) Lookup(ctx context.Context, userID, idempotentKey string) (*domain.Job, error) {
+	return s.getOne(ctx, "look up job", sqlLookup, userID, idempotentKey)
+}
+
+func (s *Store) getOne(ctx context.Context, what, sql string, args ...any) (*domain.Job, error) {
+	if s.isClosed() {
+		return nil, domain.ErrClosed
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	j, err := scanJob(s.pool.QueryRow(ctx, sql, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, domain.ErrNotFound
+	}
+	if err != nil {
+		return nil, unavailable(what, err)
+	}
+	if j.Expired(time.Now()) {
+		return nil, domain.ErrNotFound
+	}
+	return j, nil
+}
+
+// Position implements ports.JobStore: every owner's waiting jobs count.
+func (s *Store) Position(ctx context.Context, lane domain.LaneKey, readySeq int64) (int, error) {
+	if s.isClosed() {
+		return 0, domain.ErrClosed
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs
+		WHERE ready_lane = $1 AND ready_seq < $2 AND status <> 'in_flight' AND expires_at > $3`,
+		string(lane), readySeq, ms(time.Now())).Scan(&n); err != nil {
+		return 0, unavailable("job position", err)
+	}
+	return int(n), nil
+}
+
+// sqlListReady pages a lane for this process ($5) in one statement: it
+// claims (takes ownership of) the first orphaned jobs after the cursor,
+// skipping rows another claimer holds locked, reads this process's own jobs
+// after the cursor without locking them, and returns the first $4 of both in
+// ready_seq order. Claimed jobs beyond the page stay owned by this process
+// and come back as its own on the next page. Jobs a live peer owns are
+// invisible.
+//
+// Both halves walk jobs_owned, one owner at a time (LATERAL), so neither
+// scans a live peer's backlog; with no dead owner the claim half reads
+// nothing. A row another process claimed between this statement's snapshot
+// and its lock is re-checked after the lock (its owner is no longer the dead
+// one) and left out.
+const sqlListReady = `WITH claimed AS (
+	UPDATE jobs SET owner = $5
+	WHERE id IN (
+		SELECT o.id
+		FROM unnest(` + deadOwnersOf5 + `) AS d(owner)
+		CROSS JOIN LATERAL (
+			SELECT id, ready_seq FROM jobs
+			WHERE owner = d.owner AND ready_lane = $1 AND ready_seq > $2 AND status <> 'in_flight' AND expires_at > $3
+			ORDER BY ready_seq LIMIT $4
+			FOR UPDATE SKIP LOCKED) o
+		ORDER BY o.ready_seq LIMIT $4)
+	RETURNING ` + jobColumns + `
+), mine AS (
+	SELECT ` + jobColumns + ` FROM jobs
+	WHERE owner = $5 AND ready_lane = $1 AND ready_seq > $2 AND status <> 'in_flight' AND expires_at > $3
+	ORDER BY ready_seq LIMIT $4
+)
+SELECT * FROM claimed UNION ALL SELECT * FROM mine ORDER BY ready_seq LIMIT $4`
+
+// deadOwnersOf5 is deadOwners("$5"), as a constant.
+const deadOwnersOf5 = "ARRAY(SELECT owner FROM aquifer_owners WHERE until < now() AND owner <> $5)"
+
+// ListReady implements ports.JobStore. It claims what it returns: the page
+// holds this process's own ready jobs and orphaned ones, which become its own.
+func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
+	if s.isClosed() {
+		return nil, domain.ErrClosed
+	}
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, sqlListReady, string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit, s.opts.Owner)
+	if err != nil {
+		return nil, unavailable("list ready jobs", err)
+	}
+	jobs, err := collect(rows)
+	if err != nil {
+		return nil, unavailable("list ready jobs", err)
+	}
+	return jobs, nil
+}
+
+// sqlReadyLanes lists the distinct lanes of the ready index by skipping from
+// one lane to the next (a loose index scan), so the cost follows the number
+// of lanes, not of waiting jobs.
+const sqlReadyLanes = `WITH RECURSIVE l(lane) AS (
+	(SELECT ready_lane FROM jobs WHERE ready_lane <> '' ORDER BY ready_lane LIMIT 1)
+	UNION ALL
+	SELECT (SELECT ready_lane FROM jobs WHERE ready_lane <> '' AND ready_lane > l.lane ORDER BY ready_lane LIMIT 1)
+	FROM l WHERE l.lane IS NOT NULL
+)
+SELECT lane FROM l WHERE lane IS NOT NULL`
+
+// ReadyLanes implements ports.JobStore: lanes with work waiting, whoever
+// owns it (a lane woken for a peer's work finds nothing to read).
+func (s *Store) ReadyLanes(ctx context.Context) ([]domain.LaneKey, error) {
+	return s.lanes(ctx, "ready lanes", sqlReadyLanes)
+}
+
+// sqlOrphanedLanes lists, for each owner whose lease has run out, the
+// distinct lanes of its ready work, by the same loose index scan over
+// jobs_owned.
+const sqlOrphanedLanes = `WITH RECURSIVE dead AS (
+	SELECT owner FROM aquifer_owners WHERE until < now() AND owner <> $1
+), l(owner, lane) AS (
+	SELECT d.owner, (SELECT j.ready_lane FROM jobs j WHERE j.owner = d.owner AND j.ready_lane <> ''
+		ORDER BY j.ready_lane LIMIT 1) FROM dead d
+	UNION ALL
+	SELECT l.owner, (SELECT j.ready_lane FROM jobs j WHERE j.owner = l.owner AND j.ready_lane <> '' AND j.ready_lane > l.lane
+		ORDER BY j.ready_lane LIMIT 1) FROM l WHERE l.lane IS NOT NULL
+)
+SELECT DISTINCT lane FROM l WHERE lane IS NOT NULL`
+
+// OrphanedLanes implements ports.JobStore: the lanes holding ready work whose
+// owner's lease has run out.
+func (s *Store) OrphanedLanes(ctx context.Context) ([]domain.LaneKey, error) {
+	return s.lanes(ctx, "orphaned lanes", sqlOrphanedLanes, s.opts.Owner)
+}
+
+func (s *Store) lanes(ctx context.Context, what, sql string, args ...any) ([]domain.LaneKey, error) {
+	if s.isClosed() {
+		return nil, domain.ErrClosed
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, unavailable(what, err)
+	}
+	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.LaneKey, error) {
+		var l string
+		err := r.Scan(&l)
+		return domain.LaneKey(l), err
+	})
+	if err != nil {
+		return nil, unavailable(what, err)
+	}
+	return lanes, nil
+}
+
+// Counts implements ports.JobStore, store-wide (every owner's work).
+func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
+	var c ports.Counts
+	if s.isClosed() {
+		return c, domain.ErrClosed
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'queued'),
+		count(*) FILTER (WHERE status = 'in_flight'), count(*) FILTER (WHERE delivery_status = 'pending')
+		FROM jobs WHERE ready_lane <> '' AND expires_at > $1`, ms(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
+	if err != nil {
+		return ports.Counts{}, unavailable("count jobs", err)
+	}
+	return c, nil
+}
+
+// Ping implements ports.JobStore.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.isClosed() {
+		return domain.ErrClosed
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return unavailable("ping postgres", err)
+	}
+	return nil
+}
+
+// SizeBytes implements ports.JobStore: the space Aquifer's tables take,
+// indexes and TOAST included.
+func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
+	if s.isClosed() {
+		return 0, domain.ErrClosed
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT pg_total_relation_size('jobs') + pg_total_relation_size('aquifer_schema_migrations')
+		+ pg_total_relation_size('aquifer_owners')`).Scan(&n); err != nil {
+		return 0, unavailable("postgres size", err)
+	}
+	return n, nil
+}
+
+var passwordKV = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// redact returns dsn without its password.
+func redact(dsn string) string {
+	if strings.Contains(dsn, "://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "(unparsable DSN)"
+		}
+		if u.User != nil {
+			u.User = url.User(u.User.Username())
+		}
+		if q := u.Query(); q.Has("password") {
+			q.Del("password")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return passwordKV.ReplaceAllString(dsn, "${1}xxxxx")
+}
