@@ -110,6 +110,7 @@ func startDaemon(t *testing.T, env []string) *proc {
 	t.Helper()
 	port := freePort(t)
 	cmd := exec.Command(aquiferdBinary(t))
+	cmd.Dir = t.TempDir() // nothing lands in the source tree, whatever the defaults
 	cmd.Env = append(append(os.Environ(), "AQUIFER_HOST=127.0.0.1", fmt.Sprintf("PORT=%d", port), "AQUIFER_LOG_LEVEL=warn"), env...)
 	logs := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
@@ -194,18 +195,18 @@ func TestKill9MidDrainLosesNothing(t *testing.T) {
 // storeEnv returns the environment selecting backend with fresh storage.
 func storeEnv(t *testing.T, backend string) []string {
 	t.Helper()
-	dir := t.TempDir()
+	data := "AQUIFER_DATA_DIR=" + filepath.Join(t.TempDir(), "data")
 	switch backend {
 	case "pebble":
-		return []string{"AQUIFER_STORE_BACKEND=pebble", "DB_PATH=" + filepath.Join(dir, "pebble")}
+		return []string{data, "AQUIFER_STORE_BACKEND=pebble"}
 	case "postgres":
 		schema := postgresSchema(t)
 		// A stable instance id, as the docs recommend: the restarted process
 		// takes back the work its previous life owned at once.
-		return []string{"AQUIFER_STORE_BACKEND=postgres", "AQUIFER_POSTGRES_DSN=" + testDatabaseURL(),
+		return []string{data, "AQUIFER_STORE_BACKEND=postgres", "AQUIFER_POSTGRES_DSN=" + testDatabaseURL(),
 			"AQUIFER_POSTGRES_SCHEMA=" + schema, "AQUIFER_INSTANCE_ID=e2e-" + schema}
 	default:
-		return []string{"DB_PATH=" + filepath.Join(dir, "data", "aquifer.db")}
+		return []string{data}
 	}
 }
 
@@ -308,7 +309,7 @@ func TestGracefulShutdownFinishesOrRequeues(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "aquifer.yml")
 	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("upstreams:\n  %q:\n    rps: 100\n    max_concurrent: 4\n", strings.TrimPrefix(target.URL, "http://"))), 0o600)
-	env := []string{"DB_PATH=" + filepath.Join(dir, "aquifer.db"), "CONFIG_PATH=" + cfg, "AQUIFER_SHUTDOWN_TIMEOUT=300ms"}
+	env := []string{"AQUIFER_DATA_DIR=" + dir, "CONFIG_PATH=" + cfg, "AQUIFER_SHUTDOWN_TIMEOUT=300ms"}
 	d := startDaemon(t, env)
 	ids := submitJobs(t, d.url, 20, 4, func(i int) string {
 		return fmt.Sprintf(`{"user_id":"g","idempotent_key":"g%d","url":%q,"headers":{"X-Job-Key":"g%d"}}`, i, target.URL, i)

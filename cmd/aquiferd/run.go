@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -20,9 +19,10 @@ import (
 
 	httpapi "github.com/aquiferhq/aquifer/internal/adapters/inbound/http"
 	"github.com/aquiferhq/aquifer/internal/adapters/outbound/egress"
-	"github.com/aquiferhq/aquifer/internal/adapters/outbound/sqlite"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/config"
+	"github.com/aquiferhq/aquifer/internal/l8"
+	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=…".
@@ -68,7 +68,7 @@ func Run(ctx context.Context, args []string, lookup config.LookupEnv, stdout, st
 type daemon struct {
 	cfg   *config.Config
 	log   *zap.Logger
-	store *sqlite.Store
+	store ports.JobStore
 	svc   *app.Service
 	api   *httpapi.Handler
 	srv   *http.Server
@@ -76,12 +76,14 @@ type daemon struct {
 }
 
 func build(ctx context.Context, cfg *config.Config, log *zap.Logger) (*daemon, error) {
-	if dir := filepath.Dir(cfg.DBPath); dir != "" {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("create data directory: %w", err)
-		}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	store, err := sqlite.Open(ctx, sqlite.Options{Path: cfg.DBPath, Sync: sqlite.Sync(cfg.SQLiteSync), Logger: log.Named("sqlite")})
+	l8cfg, err := loadL8(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -99,12 +101,13 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger) (*daemon, e
 			RetryAfter:    cfg.RetryAfter,
 		},
 		WindowJobs: cfg.LaneWindow,
+		L8:         l8cfg,
 	})
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	api := httpapi.New(svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+	api := httpapi.New(svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, PoolToken: cfg.PoolToken, Logger: log})
 	srv := httpapi.NewServer(api, httpapi.ServerOptions{}, log)
 	srv.RegisterOnShutdown(api.CloseStreams)
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
@@ -123,8 +126,11 @@ func (d *daemon) serve(ctx context.Context) error {
 		return err
 	}
 	d.log.Info("aquiferd started", zap.String("version", Version), zap.String("addr", d.ln.Addr().String()),
-		zap.String("db_path", d.cfg.DBPath), zap.String("store", d.cfg.StoreBackend),
+		zap.String("db_path", d.cfg.DBPath), zap.String("store", d.cfg.StoreBackend), zap.String("instance_id", d.cfg.InstanceID),
 		zap.String("sqlite_sync", d.cfg.SQLiteSync), zap.Strings("adapters", d.cfg.Adapters))
+	if d.cfg.PoolToken == "" {
+		d.log.Warn("pool endpoints are open: anyone who can reach Aquifer can register a pool member and receive pool jobs; set AQUIFER_POOL_TOKEN")
+	}
 	if d.cfg.MemoryLimitMB == 0 {
 		d.log.Warn("no memory limit set: under sustained overload memory grows until the OS intervenes; set AQUIFER_MEMORY_LIMIT_MB to shed load with 429s instead")
 	}
@@ -160,13 +166,31 @@ func (d *daemon) shutdown() error {
 	if err := d.svc.Stop(ctx); err != nil {
 		d.log.Warn("attempts aborted at shutdown; they will run again after restart", zap.Error(err))
 	}
-	st := d.store.Stats()
-	d.log.Info("store writer", zap.Int64("commits", st.Commits), zap.Int64("ops", st.Ops))
+	d.log.Info("store writer", storeStats(d.store)...)
 	if err := d.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close store: %w", err))
 	}
 	d.log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// loadL8 loads (or creates) Aquifer's signing identity and opens the trust
+// directory.
+func loadL8(cfg *config.Config, log *zap.Logger) (app.L8Config, error) {
+	id, source, err := l8.LoadIdentity(cfg.L8PrivateKey, cfg.L8KeyPath)
+	if err != nil {
+		return app.L8Config{}, err
+	}
+	trust, err := l8.NewFileTrust(cfg.L8TrustDir)
+	if err != nil {
+		return app.L8Config{}, err
+	}
+	fields := []zap.Field{zap.String("source", string(source)), zap.String("public_key", id.PublicKeyBase64()), zap.String("trust_dir", cfg.L8TrustDir)}
+	if source != l8.FromEnv {
+		fields = append(fields, zap.String("key_path", cfg.L8KeyPath))
+	}
+	log.Info("L8 identity loaded", fields...)
+	return app.L8Config{Identity: id, Trust: trust, MissTTL: cfg.L8MissTTL}, nil
 }
 
 func debugMux() *http.ServeMux {
