@@ -38,7 +38,17 @@ type dispatcher struct {
 
 	execMu    sync.Mutex
 	executing map[domain.JobID]execInfo
+	// canceled holds jobs cancelled before dispatch, with when: a copy of
+	// such a job still in a lane's memory (or in a store read that started
+	// before the cancellation committed) is dropped instead of run. Entries
+	// are pruned once no such copy can remain (cancelHold).
+	canceled map[domain.JobID]time.Time
 }
+
+// cancelHold is how long a cancelled job's id is remembered after its
+// cancellation committed: longer than any store read that could have
+// fetched it before. Lanes drop buffered copies at once (dropCanceled).
+const cancelHold = 2 * time.Minute
 
 // execInfo places a running dispatch attempt in its queue.
 type execInfo struct {
@@ -53,6 +63,7 @@ func newDispatcher(cfg Config, broker *Broker) *dispatcher {
 		broker:    broker,
 		lanes:     make(map[domain.UpstreamKey]*lane),
 		executing: make(map[domain.JobID]execInfo),
+		canceled:  make(map[domain.JobID]time.Time),
 		workers:   newWorkers(30 * time.Second),
 	}
 	if cfg.L8.Identity != nil {
@@ -238,14 +249,86 @@ func (d *dispatcher) laneStats() []LaneStats {
 	return out
 }
 
-func (d *dispatcher) markExecuting(j *domain.Job, on bool) {
+// beginDispatch marks j's dispatch attempt as running, unless j was
+// cancelled; then it reports false and j must not run. Together with
+// claimCancel, under one lock, it makes "cancelled" and "dispatched" exclusive.
+func (d *dispatcher) beginDispatch(j *domain.Job) bool {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
-	if on {
-		d.executing[j.ID] = execInfo{lane: j.ReadyLane, seq: j.ReadySeq}
-	} else {
-		delete(d.executing, j.ID)
+	if _, ok := d.canceled[j.ID]; ok {
+		return false
 	}
+	d.executing[j.ID] = execInfo{lane: j.ReadyLane, seq: j.ReadySeq}
+	return true
+}
+
+// claimCancel reserves id for cancellation: from now on no dispatch of it
+// starts. It fails if an attempt is already running.
+func (d *dispatcher) claimCancel(id domain.JobID) error {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	if _, ok := d.executing[id]; ok {
+		return errAlreadyDispatched
+	}
+	d.canceled[id] = d.cfg.Clock.Now()
+	return nil
+}
+
+// releaseCancel undoes claimCancel when the cancellation could not be
+// recorded.
+func (d *dispatcher) releaseCancel(id domain.JobID) {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	delete(d.canceled, id)
+}
+
+// isCanceled reports whether j is a dispatch of a cancelled job.
+func (d *dispatcher) isCanceled(j *domain.Job) bool {
+	if j.Phase() != domain.PhaseDispatch {
+		return false // its webhook delivery still goes out
+	}
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	_, ok := d.canceled[j.ID]
+	return ok
+}
+
+// pruneCanceled forgets cancellations older than cancelHold.
+func (d *dispatcher) pruneCanceled(now time.Time) {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	for id, at := range d.canceled {
+		if now.Sub(at) > cancelHold {
+			delete(d.canceled, id)
+		}
+	}
+}
+
+// finishCanceled records j as cancelled and has its lane drop any copy it
+// holds.
+func (d *dispatcher) finishCanceled(ctx context.Context, j *domain.Job) error {
+	if err := d.commitFinish(ctx, j, domain.StatusFailed, j.Attempts, &domain.Result{Reason: domain.ReasonCanceled}); err != nil {
+		return err
+	}
+	d.mu.RLock()
+	l := d.lanes[j.Lane.Upstream()]
+	d.mu.RUnlock()
+	if l != nil {
+		select {
+		case l.drops <- j.ID:
+		case <-l.quit:
+		case <-ctx.Done():
+			// The lane still drops it when it reaches it (isCanceled).
+		}
+	}
+	return nil
+}
+
+// endDispatch marks j's dispatch attempt as over.
+func (d *dispatcher) endDispatch(id domain.JobID) {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	delete(d.executing, id)
 }
 
 // executingAhead counts running dispatch attempts of lane ahead of seq.

@@ -85,12 +85,10 @@ func (d *dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
 // the outcome to l. flowRate is l's pace at the start as header text, sent
 // to the destination in the load headers.
 //
-// For pool work, member is the chosen member and target its address.
+// For pool work, member is the chosen member and target its address. For a
+// dispatch the caller has already marked j executing (beginDispatch).
 func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, flowRate []string, member, target string) {
 	dispatching := j.Phase() == domain.PhaseDispatch
-	if dispatching {
-		d.markExecuting(j, true)
-	}
 	d.attemptsWG.Add(1)
 	d.workers.run(func() {
 		defer d.attemptsWG.Done()
@@ -100,7 +98,7 @@ func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, 
 				target = j.URL
 			}
 			o = d.dispatchAttempt(j, flowRate, target)
-			d.markExecuting(j, false)
+			d.endDispatch(j.ID)
 		} else {
 			o = d.deliverAttempt(j, flowRate)
 		}
@@ -372,6 +370,20 @@ func (d *dispatcher) markInFlightLater(j *domain.Job, at time.Time) (stop func()
 // finish records j's terminal status and result, makes its webhook delivery
 // due in the receiver's lane in the same transaction, and tells subscribers.
 func (d *dispatcher) finish(j *domain.Job, status domain.Status, attempts int, res *domain.Result) {
+	err := d.commitFinish(context.WithoutCancel(d.runCtx), j, status, attempts, res)
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		d.log.Info("job vanished before it finished (expired)", zap.String("job_id", string(j.ID)))
+	case err != nil:
+		// The job stays ready in the store; it runs again after a restart or
+		// when the stale sweep finds it.
+		d.log.Error("recording job result failed; it will run again", zap.String("job_id", string(j.ID)), zap.Error(err))
+	}
+}
+
+// commitFinish records j's end in the store, tells subscribers, and hands a
+// due webhook delivery to the receiver's lane.
+func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status domain.Status, attempts int, res *domain.Result) error {
 	if res == nil {
 		res = &domain.Result{}
 	}
@@ -382,18 +394,11 @@ func (d *dispatcher) finish(j *domain.Job, status domain.Status, attempts int, r
 			deliverIn = domain.SharedLane(u)
 		}
 	}
-	readySeq, err := d.cfg.Store.Finish(context.WithoutCancel(d.runCtx), &ports.FinishParams{
+	readySeq, err := d.cfg.Store.Finish(ctx, &ports.FinishParams{
 		ID: j.ID, Seq: j.Seq, Status: status, Attempts: attempts, Result: res, Now: now, DeliverIn: deliverIn,
 	})
-	switch {
-	case errors.Is(err, domain.ErrNotFound):
-		d.log.Info("job vanished before it finished (expired)", zap.String("job_id", string(j.ID)))
-		return
-	case err != nil:
-		// The job stays ready in the store; it runs again after a restart or
-		// when the stale sweep finds it.
-		d.log.Error("recording job result failed; it will run again", zap.String("job_id", string(j.ID)), zap.Error(err))
-		return
+	if err != nil {
+		return err
 	}
 	ev := domain.EventCompleted
 	if status == domain.StatusFailed {
@@ -409,6 +414,7 @@ func (d *dispatcher) finish(j *domain.Job, status domain.Status, attempts int, r
 		next.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
 		d.offer(&next)
 	}
+	return nil
 }
 
 // finishDelivery records the end of j's webhook delivery.

@@ -44,6 +44,7 @@ type lane struct {
 	offers  chan *domain.Job
 	done    chan *outcome
 	fetches chan *fetchResult
+	drops   chan domain.JobID // cancelled jobs to forget
 	quit    chan struct{}
 	fetchWG sync.WaitGroup
 
@@ -83,6 +84,7 @@ func newLane(d *dispatcher, u domain.UpstreamKey) *lane {
 		offers:   make(chan *domain.Job, offerBuffer),
 		done:     make(chan *outcome, 64),
 		fetches:  make(chan *fetchResult, 4),
+		drops:    make(chan domain.JobID, 16),
 		quit:     make(chan struct{}),
 		signals:  make(map[domain.LaneKey]laneSignal),
 		pace:     pace,
@@ -196,6 +198,8 @@ func (l *lane) run(ctx context.Context) {
 			l.complete(o, clock.Now())
 		case f := <-l.fetches:
 			l.fetched(f, clock.Now())
+		case id := <-l.drops:
+			l.drop(id)
 		case <-timer.C():
 		}
 	}
@@ -270,7 +274,7 @@ func (l *lane) fetched(f *fetchResult, now time.Time) {
 	for _, j := range f.jobs {
 		q.cursor = max(q.cursor, j.ReadySeq)
 		q.fetched = max(q.fetched, j.ReadySeq)
-		if _, dup := q.inMem[j.ReadySeq]; dup {
+		if _, dup := q.inMem[j.ReadySeq]; dup || l.d.isCanceled(j) {
 			continue
 		}
 		q.inMem[j.ReadySeq] = struct{}{}
@@ -311,6 +315,14 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 			return wait + pacing.Jitter(l.limiter.Interval(), l.d.cfg.Rand)
 		}
 		j := q.pop()
+		if j.Phase() == domain.PhaseDispatch && !l.d.beginDispatch(j) {
+			// Cancelled since it was picked.
+			delete(q.inMem, j.ReadySeq)
+			if member != "" {
+				l.d.pools.unpick(poolID, member)
+			}
+			continue
+		}
 		l.gate.Acquire()
 		q.running++
 		l.d.startAttempt(l, q.key, j, l.rateText, member, target)
@@ -343,7 +355,7 @@ func (l *lane) pick(now time.Time) *queue {
 	n := len(l.order)
 	for i := range n {
 		q := l.order[(l.next+i)%n]
-		for len(q.window) > 0 && q.window[0].Expired(now) {
+		for len(q.window) > 0 && (q.window[0].Expired(now) || l.d.isCanceled(q.window[0])) {
 			delete(q.inMem, q.pop().ReadySeq)
 		}
 		if len(q.window) > 0 && !now.Before(q.pausedUntil) {
@@ -398,6 +410,28 @@ func (l *lane) complete(o *outcome, now time.Time) {
 		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
 	default:
 		delete(q.inMem, o.job.ReadySeq)
+	}
+}
+
+// drop forgets a cancelled job wherever the lane holds it, waiting or
+// delayed for a retry.
+func (l *lane) drop(id domain.JobID) {
+	for _, q := range l.order {
+		for i, j := range q.window {
+			if j.ID == id && j.Phase() == domain.PhaseDispatch {
+				delete(q.inMem, j.ReadySeq)
+				q.window = append(q.window[:i:i], q.window[i+1:]...)
+				break
+			}
+		}
+		for i, dl := range q.delayed {
+			if dl.job.ID == id && dl.job.Phase() == domain.PhaseDispatch {
+				delete(q.inMem, dl.job.ReadySeq)
+				delete(q.avoid, dl.job.ReadySeq)
+				heap.Remove(&q.delayed, i)
+				break
+			}
+		}
 	}
 }
 

@@ -30,7 +30,10 @@ func (s *Service) startBackground() *background {
 	b.every(ctx, s.d, s.cfg.PositionInterval, s.publishPositions)
 	b.every(ctx, s.d, s.cfg.OrphanCheck, s.adoptOrphans)
 	b.every(ctx, s.d, s.cfg.PoolSweep, s.sweepPools)
-	b.every(ctx, s.d, time.Minute, func(context.Context) { s.nonces.Sweep(s.cfg.Clock.Now()) })
+	b.every(ctx, s.d, time.Minute, func(context.Context) {
+		s.nonces.Sweep(s.cfg.Clock.Now())
+		s.d.pruneCanceled(s.cfg.Clock.Now())
+	})
 	return b
 }
 

@@ -152,7 +152,11 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 		}
 		return nil, s.adm.reject(rej)
 	}
-	job := domain.NewJob(s.ids.New(), req, lane, s.cfg.Clock.Now())
+	id := req.ID
+	if id == "" {
+		id = s.ids.New()
+	}
+	job := domain.NewJob(id, req, lane, s.cfg.Clock.Now())
 	stored, fresh, err := s.cfg.Store.Insert(ctx, job)
 	if err != nil {
 		return nil, storeErr("store job", err)
@@ -167,7 +171,9 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 
 func (s *Service) result(j *domain.Job, duplicate bool) *EnqueueResult {
 	status := j.Status
-	if status == domain.StatusQueued && s.d.isExecuting(j.ID) {
+	// A new job is answered as stored (queued), even if its lane already
+	// picked it up; a duplicate shows where the job is now.
+	if duplicate && status == domain.StatusQueued && s.d.isExecuting(j.ID) {
 		status = domain.StatusInFlight
 	}
 	return &EnqueueResult{JobID: j.ID, Status: status, Duplicate: duplicate,
@@ -219,6 +225,52 @@ func (s *Service) Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, 
 	}
 	return j, sub, nil
 }
+
+// Cancel ends a job that is still waiting to be dispatched — queued, or
+// waiting to retry — without sending it: the job fails with reason
+// "canceled", and its webhook, if any, is still delivered. A job whose attempt
+// is running, or that has finished, cannot be cancelled (domain.CodeConflict).
+//
+// With a store shared by several processes, only the job's owner is sure to
+// hold it back; Cancel is meant for the process that accepted the job.
+func (s *Service) Cancel(ctx context.Context, id domain.JobID) (*domain.Job, error) {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if conflict := cancelConflict(j); conflict != nil {
+		return nil, conflict
+	}
+	if err := s.d.claimCancel(j.ID); err != nil {
+		return nil, err
+	}
+	if err := s.d.finishCanceled(ctx, j); err != nil {
+		s.d.releaseCancel(j.ID)
+		return nil, storeErr("cancel job", err)
+	}
+	after, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !after.Canceled() {
+		// It finished some other way first (another process ran it).
+		return nil, cancelConflict(after)
+	}
+	s.log.Info("job canceled", zap.String("job_id", string(id)))
+	return after, nil
+}
+
+func cancelConflict(j *domain.Job) error {
+	switch {
+	case j.Status.Terminal():
+		return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("job already finished (%s); it cannot be canceled", j.Status)}
+	case j.Status == domain.StatusInFlight:
+		return errAlreadyDispatched
+	}
+	return nil
+}
+
+var errAlreadyDispatched = &domain.Error{Code: domain.CodeConflict, Message: "job already dispatched: its request is being sent; it cannot be canceled"}
 
 // storeErr passes domain errors through and marks anything else as the store
 // being unavailable.

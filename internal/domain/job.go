@@ -117,6 +117,15 @@ type Result struct {
 	Reason         string // why the job failed; empty when completed
 }
 
+// ReasonCanceled is the Result.Reason of a job cancelled before it was
+// dispatched (its status is failed).
+const ReasonCanceled = "canceled"
+
+// Canceled reports whether the job ended by cancellation.
+func (j *Job) Canceled() bool {
+	return j.Status == StatusFailed && j.Result != nil && j.Result.Reason == ReasonCanceled
+}
+
 // Upstream returns the job's upstream key.
 func (j *Job) Upstream() UpstreamKey {
 	if j.PoolID != "" {

@@ -34,6 +34,11 @@ const (
 
 // JobRequest is what a caller asks Aquifer to send.
 type JobRequest struct {
+	// ID, when set by an adapter, is the new job's id (it must satisfy
+	// ValidJobID); otherwise one is generated. Never taken from callers'
+	// JSON: the A2A adapter uses it to make a task's id the job's id.
+	ID JobID
+
 	UserID        string
 	IdempotentKey string
 	URL           string
@@ -62,6 +67,9 @@ var hopByHop = map[string]bool{
 // upper-cased and defaults to GET. It returns the first problem found as an
 // *Error naming the field, in the order BEHAVIOR.md §4.2 gives.
 func (r *JobRequest) Validate() error {
+	if r.ID != "" && !ValidJobID(string(r.ID)) {
+		return Invalid("id", "id must be 32 lower-case hex digits")
+	}
 	if strings.TrimSpace(r.UserID) == "" {
 		return Invalid("user_id", "user_id is required")
 	}

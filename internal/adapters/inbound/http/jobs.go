@@ -256,6 +256,17 @@ func (h *Handler) getJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, toJobJSON(j))
 }
 
+// cancelJob serves DELETE /jobs/{id}: 200 with the cancelled job, 409 when
+// it was already dispatched or finished, 404 when unknown.
+func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request) {
+	j, err := h.core.Cancel(r.Context(), domain.JobID(chi.URLParam(r, "id")))
+	if err != nil {
+		h.writeDomainError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJobJSON(j))
+}
+
 func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 	hs := h.core.Health(r.Context())
 	status := http.StatusOK

@@ -902,7 +902,7 @@ func TestUnknownRouteAndWrongMethod(t *testing.T) {
 		{http.MethodGet, "/jobs", http.StatusMethodNotAllowed},
 		{http.MethodDelete, "/jobs", http.StatusMethodNotAllowed},
 		{http.MethodPut, "/jobs", http.StatusMethodNotAllowed},
-		{http.MethodDelete, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed},
+		{http.MethodPut, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed},
 		{http.MethodPost, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed},
 		{http.MethodPost, "/health", http.StatusMethodNotAllowed},
 	} {

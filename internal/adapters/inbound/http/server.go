@@ -22,6 +22,7 @@ import (
 type Core interface {
 	Enqueue(ctx context.Context, req *domain.JobRequest) (*app.EnqueueResult, error)
 	Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
+	Cancel(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *app.Subscription, error)
 	Position(ctx context.Context, j *domain.Job) (int, error)
 	Health(ctx context.Context) *app.Health
@@ -78,6 +79,7 @@ func New(core Core, opts Options) *Handler {
 	r.Post("/jobs", h.postJob)
 	r.Get("/jobs/{id}", h.getJob)
 	r.Head("/jobs/{id}", h.getJob)
+	r.Delete("/jobs/{id}", h.cancelJob)
 	r.Get("/jobs/{id}/stream", h.streamJob)
 	r.Post("/pools/{pool_id}/members", h.registerMember)
 	r.Delete("/pools/{pool_id}/members/{member_id}", h.leaveMember)
