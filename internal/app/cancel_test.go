@@ -193,7 +193,6 @@ func TestCancelRacesDispatch(t *testing.T) {
 	}
 }
 
-
 func TestEnqueueWithAssignedID(t *testing.T) {
 	target := newUpstream(t, nil)
 	b := setup(t, nil)
