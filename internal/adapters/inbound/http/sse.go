@@ -1,177 +1,21 @@
 package httpapi
 
 import (
-	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
 	"github.com/aquiferhq/aquifer/internal/domain"
 )
 
-// SSE data shapes (BEHAVIOR.md §6.2).
-type (
-	sseQueued struct {
-		JobID  string `json:"job_id"`
-		Status string `json:"status"`
-	}
-	sseDispatching struct {
-		JobID   string `json:"job_id"`
-		Attempt int    `json:"attempt,omitempty"`
-	}
-	ssePosition struct {
-		JobID    string `json:"job_id"`
-		Position int    `json:"position"`
-	}
-	sseTerminal struct {
-		JobID          string `json:"job_id"`
-		Reason         string `json:"reason,omitempty"`
-		ResponseStatus int    `json:"response_status"`
-		Body           string `json:"body"`
-		BodyEncoding   string `json:"body_encoding,omitempty"`
-		BodyTruncated  bool   `json:"body_truncated,omitempty"`
-	}
-)
-
-// streamJob serves GET /jobs/{id}/stream. It subscribes before reading the
-// job, sends catch-up frames for what already happened (queued; dispatching
-// if an attempt started; the terminal event if the job is finished, after
-// which the stream closes), then relays live events until the job ends.
+// streamJob serves GET /jobs/{id}/stream: the job's events as SSE
+// (httpkit.Stream).
 func (h *Handler) streamJob(w http.ResponseWriter, r *http.Request) {
-	id := domain.JobID(chi.URLParam(r, "id"))
-	job, sub, err := h.core.Subscribe(r.Context(), id)
+	job, sub, err := h.core.Subscribe(r.Context(), domain.JobID(chi.URLParam(r, "id")))
 	if err != nil {
 		h.writeDomainError(w, r, err)
 		return
 	}
-	defer func() { sub.Close() }()
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // streams outlive the server's WriteTimeout
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("Connection", "keep-alive")
-	hdr.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-
-	s := &sseWriter{w: w, rc: rc}
-	if done := s.catchUp(job); done || s.err != nil {
-		return
-	}
-	if job.Status == domain.StatusQueued {
-		if pos, err := h.core.Position(r.Context(), job); err == nil {
-			s.frame(domain.EventPosition, ssePosition{JobID: string(job.ID), Position: pos})
-		}
-	}
-	keepAlive := time.NewTicker(h.opts.KeepAlive)
-	defer keepAlive.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-h.closing:
-			return
-		case <-keepAlive.C:
-			s.comment("keepalive")
-		case ev, ok := <-sub.C:
-			if !ok {
-				// We fell behind and were dropped: reload and resubscribe.
-				job, sub, err = h.core.Subscribe(r.Context(), id)
-				if err != nil {
-					return
-				}
-				if s.terminal(job) {
-					return
-				}
-				continue
-			}
-			s.event(ev)
-			if ev.Type.Terminal() {
-				return
-			}
-		}
-		if s.err != nil {
-			return
-		}
-	}
-}
-
-type sseWriter struct {
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	err error
-}
-
-// catchUp writes the frames a late subscriber missed and reports whether the
-// job is already finished.
-func (s *sseWriter) catchUp(j *domain.Job) bool {
-	s.frame(domain.EventQueued, sseQueued{JobID: string(j.ID), Status: string(domain.StatusQueued)})
-	if j.Status == domain.StatusInFlight || j.Attempts > 0 || j.Status.Terminal() {
-		s.frame(domain.EventDispatching, sseDispatching{JobID: string(j.ID)})
-	}
-	return s.terminal(j)
-}
-
-// terminal writes the terminal frame if j is finished.
-func (s *sseWriter) terminal(j *domain.Job) bool {
-	if !j.Status.Terminal() {
-		return false
-	}
-	ev := domain.EventCompleted
-	if j.Status == domain.StatusFailed {
-		ev = domain.EventFailed
-	}
-	s.event(domain.Event{Type: ev, JobID: j.ID, Result: j.Result})
-	return true
-}
-
-func (s *sseWriter) event(ev domain.Event) {
-	id := string(ev.JobID)
-	switch ev.Type {
-	case domain.EventDispatching:
-		s.frame(ev.Type, sseDispatching{JobID: id, Attempt: ev.Attempt})
-	case domain.EventPosition:
-		s.frame(ev.Type, ssePosition{JobID: id, Position: ev.Position})
-	case domain.EventCompleted, domain.EventFailed:
-		t := sseTerminal{JobID: id}
-		if r := ev.Result; r != nil {
-			t.ResponseStatus, t.BodyTruncated = r.ResponseStatus, r.BodyTruncated
-			t.Body, t.BodyEncoding = app.EncodeBody(r.Body)
-			if ev.Type == domain.EventFailed {
-				t.Reason = r.Reason
-			}
-		}
-		s.frame(ev.Type, t)
-	default:
-		s.frame(ev.Type, sseQueued{JobID: id, Status: string(ev.Type)})
-	}
-}
-
-func (s *sseWriter) frame(name domain.EventType, data any) {
-	if s.err != nil {
-		return
-	}
-	b, err := marshal(data)
-	if err != nil {
-		s.err = err
-		return
-	}
-	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, b); err != nil {
-		s.err = err
-		return
-	}
-	s.err = s.rc.Flush()
-}
-
-func (s *sseWriter) comment(text string) {
-	if s.err != nil {
-		return
-	}
-	if _, err := fmt.Fprintf(s.w, ": %s\n\n", text); err != nil {
-		s.err = err
-		return
-	}
-	s.err = s.rc.Flush()
+	httpkit.Stream(w, r, h.core, job, sub, httpkit.StreamOptions{KeepAlive: h.opts.KeepAlive, Closing: h.closing})
 }

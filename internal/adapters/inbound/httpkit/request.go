@@ -1,0 +1,178 @@
+package httpkit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+// JobRequestJSON is the wire shape of POST /jobs. Unknown fields are ignored
+// (BEHAVIOR.md §3); wrong types are rejected naming the field.
+type JobRequestJSON struct {
+	UserID        string            `json:"user_id"`
+	IdempotentKey string            `json:"idempotent_key"`
+	URL           string            `json:"url"`
+	PoolID        string            `json:"pool_id"`
+	Method        string            `json:"method"`
+	Headers       map[string]string `json:"headers"`
+	Body          string            `json:"body"`
+	WebhookURL    string            `json:"webhook_url"`
+}
+
+// EnqueueJSON is the answer to POST /jobs.
+type EnqueueJSON struct {
+	JobID     string `json:"job_id"`
+	Status    string `json:"status"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+}
+
+// Account-queue request headers (BEHAVIOR.md §11.1); the Aqueduct name wins.
+const (
+	hdrAccountQueue      = "X-Aqueduct-Account-Queue"
+	hdrAccountQueueAlias = "X-Aquifer-Account-Queue"
+)
+
+// ToDomain is the request as the application takes it; h supplies the
+// account-queue header.
+func (in *JobRequestJSON) ToDomain(h http.Header) *domain.JobRequest {
+	return &domain.JobRequest{
+		UserID: in.UserID, IdempotentKey: in.IdempotentKey, URL: in.URL, PoolID: in.PoolID,
+		Method: in.Method, Headers: in.Headers, Body: in.Body, WebhookURL: in.WebhookURL,
+		AccountQueue: AccountQueueMode(h),
+	}
+}
+
+// Load headers on POST /jobs responses, in both namespaces, so callers can
+// autoscale on Aquifer's backlog too (BEHAVIOR.md §13).
+var loadHeaderNames = [...][3]string{
+	{"X-Aqueduct-Total-Jobs", "X-Aqueduct-Queue-Depth", "X-Aqueduct-Flow-Rate"},
+	{"X-Aquifer-Total-Jobs", "X-Aquifer-Queue-Depth", "X-Aquifer-Flow-Rate"},
+}
+
+// SetLoadHeaders sets the load headers of l on h.
+func SetLoadHeaders(h http.Header, l app.Load) {
+	total, depth, rate := strconv.FormatInt(l.Total, 10), strconv.FormatInt(l.Depth, 10), l.FlowRateText()
+	for _, n := range loadHeaderNames {
+		h[n[0]], h[n[1]], h[n[2]] = []string{total}, []string{depth}, []string{rate}
+	}
+}
+
+// AccountQueueMode reads the account-queue request header.
+func AccountQueueMode(h http.Header) domain.AccountQueueMode {
+	v := h.Get(hdrAccountQueue)
+	if v == "" {
+		v = h.Get(hdrAccountQueueAlias)
+	}
+	switch {
+	case v == "":
+		return domain.AccountQueueUnchanged
+	case v == "enabled":
+		return domain.AccountQueueEnabled
+	default:
+		return domain.AccountQueueDisabled
+	}
+}
+
+// DecodeBody reads one JSON object from the body under limit (0: none). On
+// failure it writes the error response (400, or 413 above the limit) and
+// returns false.
+func DecodeBody(w http.ResponseWriter, r *http.Request, dst any, limit int64) bool {
+	if limit > 0 {
+		if r.ContentLength > limit {
+			WriteTooLarge(w, limit)
+			return false
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+	}
+	raw, err := readAll(r.Body, r.ContentLength)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			WriteTooLarge(w, limit)
+			return false
+		}
+		WriteError(w, http.StatusBadRequest, "could not read request body")
+		return false
+	}
+	if msg := decodeJSON(raw, dst); msg != "" {
+		WriteJSON(w, http.StatusBadRequest, ErrorBody{Error: msg})
+		return false
+	}
+	return true
+}
+
+// readAll reads the body into a buffer sized from Content-Length when the
+// client sent one, instead of growing it step by step.
+func readAll(r io.Reader, contentLength int64) ([]byte, error) {
+	if contentLength <= 0 || contentLength > 64<<20 {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, contentLength+1) // +1 to see EOF without growing
+	n, err := io.ReadFull(r, buf)
+	switch err {
+	case io.ErrUnexpectedEOF, io.EOF:
+		return buf[:n], nil
+	case nil:
+		// More than Content-Length: let the limiter or ReadAll report it.
+		rest, err := io.ReadAll(r)
+		return append(buf, rest...), err
+	}
+	return buf[:n], err
+}
+
+// decodeJSON decodes exactly one JSON object into dst and returns a message
+// for the caller when it cannot.
+func decodeJSON(raw []byte, dst any) string {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 {
+		return "invalid json: request body is empty"
+	}
+	if trimmed[0] != '{' {
+		return "invalid json: expected a JSON object"
+	}
+	// json.Unmarshal checks the whole input, so anything after the object
+	// (a second object, a stray '}') is a syntax error too.
+	if err := json.Unmarshal(trimmed, dst); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			if te.Field == "" {
+				return "invalid json: expected a JSON object"
+			}
+			return fmt.Sprintf("invalid json: %s must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		var se *json.SyntaxError
+		if errors.As(err, &se) && strings.Contains(se.Error(), "after top-level value") {
+			return "invalid json: unexpected data after the JSON object"
+		}
+		return "invalid json: " + strings.TrimPrefix(err.Error(), "json: ")
+	}
+	return ""
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "map", "struct":
+		return "an object"
+	case "slice", "array":
+		return "an array"
+	case "bool":
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}
+
+// WriteTooLarge answers 413 with the limit.
+func WriteTooLarge(w http.ResponseWriter, limit int64) {
+	WriteJSON(w, http.StatusRequestEntityTooLarge, ErrorBody{Error: "request body too large", LimitBytes: limit})
+}
