@@ -128,6 +128,23 @@ type EnqueueResult struct {
 // *domain.RejectedError — except a duplicate of an accepted job, which is
 // answered as a duplicate even under pressure.
 func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*EnqueueResult, error) {
+	job, err := s.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	stored, fresh, err := s.store(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	if fresh {
+		s.d.offer(stored)
+	}
+	return s.result(stored, !fresh), nil
+}
+
+// prepare validates req, applies its account-queue switch and builds the
+// job it asks for.
+func (s *Service) prepare(req *domain.JobRequest) (*domain.Job, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -142,31 +159,35 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 	if on, _ := s.modes.Load(upstream); on == true {
 		lane = domain.TenantLane(upstream, domain.TenantOf(req.UserID, req.Headers))
 	}
-	if rej := s.adm.check(ctx); rej != nil {
-		existing, err := s.cfg.Store.Lookup(ctx, req.UserID, req.IdempotentKey)
-		if err == nil {
-			return s.result(existing, true), nil
-		}
-		if !errors.Is(err, domain.ErrNotFound) {
-			return nil, storeErr("look up job", err)
-		}
-		return nil, s.adm.reject(rej)
-	}
 	id := req.ID
 	if id == "" {
 		id = s.ids.New()
 	}
-	job := domain.NewJob(id, req, lane, s.cfg.Clock.Now())
+	return domain.NewJob(id, req, lane, s.cfg.Clock.Now()), nil
+}
+
+// store runs admission control and inserts job, unless its (user_id,
+// idempotent_key) is taken: then it returns the job holding it (fresh false),
+// even under pressure. It does not hand the job to its lane.
+func (s *Service) store(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
+	if rej := s.adm.check(ctx); rej != nil {
+		existing, err := s.cfg.Store.Lookup(ctx, job.UserID, job.IdempotentKey)
+		if err == nil {
+			return existing, false, nil
+		}
+		if !errors.Is(err, domain.ErrNotFound) {
+			return nil, false, storeErr("look up job", err)
+		}
+		return nil, false, s.adm.reject(rej)
+	}
 	stored, fresh, err := s.cfg.Store.Insert(ctx, job)
 	if err != nil {
-		return nil, storeErr("store job", err)
+		return nil, false, storeErr("store job", err)
 	}
-	if !fresh {
-		return s.result(stored, true), nil
+	if fresh {
+		s.adm.admitted()
 	}
-	s.adm.admitted()
-	s.d.offer(stored)
-	return s.result(stored, false), nil
+	return stored, fresh, nil
 }
 
 func (s *Service) result(j *domain.Job, duplicate bool) *EnqueueResult {
