@@ -21,7 +21,7 @@ const (
 	heartbeatMisses    = 3 // missed intervals before eviction
 	minWeight          = 0.001
 	probationFor       = 5 * time.Minute // after a failure eviction
-	probationRep       = 0.25            // reputation a recently evicted member comes back with
+	probationRep       = 0.25            // reputation a recently evicted member comes back with; halved per repeat
 	memberConcurrencyX = 1.0             // default max in flight per member: ceil(capacity × this), at least 1
 )
 
@@ -42,7 +42,17 @@ type pools struct {
 
 	mu        sync.Mutex
 	byID      map[string]*pool
-	probation map[string]time.Time // "pool/member" → end of probation after a failure eviction
+	probation map[string]probation // "pool/member" → its probation after a failure eviction
+}
+
+// probation is how a member evicted for failing is let back in: with a
+// reduced reputation, which heartbeats do not raise until it succeeds once.
+// Each failure eviction during probation halves the reputation it comes
+// back with, so a member that is alive but broken gets ever less traffic
+// instead of a fixed share every eviction cycle.
+type probation struct {
+	until time.Time
+	rep   float64
 }
 
 type pool struct {
@@ -58,6 +68,7 @@ type member struct {
 	reputation  float64
 	lastSeen    time.Time // last heartbeat
 	floorSince  time.Time // zero unless at the floor with no success since
+	probation   float64   // > 0: on probation; heartbeats raise reputation at most to this until a success
 	vpos        float64
 	index       int // in the heap
 	pace        *pacing.Pace
@@ -69,7 +80,7 @@ type member struct {
 }
 
 func newPools(now func() time.Time, onChange func(string)) *pools {
-	return &pools{now: now, onChange: onChange, byID: map[string]*pool{}, probation: map[string]time.Time{}}
+	return &pools{now: now, onChange: onChange, byID: map[string]*pool{}, probation: map[string]probation{}}
 }
 
 func (m *member) maxConcurrent() int { return m.pace.MaxConcurrent() }
@@ -98,16 +109,20 @@ func (p *pools) register(r *domain.MemberRegistration) bool {
 			m.declared = r.CapacityRPS
 			m.pace.SetCeiling(r.CapacityRPS, memberConcurrency(r.CapacityRPS))
 		}
-		m.reputation = math.Min(1, m.reputation*repHeartbeat)
+		ceiling := 1.0
+		if m.probation > 0 {
+			ceiling = max(m.reputation, m.probation) // alive is not the same as working
+		}
+		m.reputation = math.Min(ceiling, m.reputation*repHeartbeat)
 	} else {
 		m = &member{id: r.MemberID, address: r.Address, declared: r.CapacityRPS, interval: r.HeartbeatInterval,
 			reputation: 1, lastSeen: now, vpos: pl.minVpos(),
 			pace: pacing.NewPace(pacing.PaceConfig{RPS: r.CapacityRPS, MaxConcurrent: memberConcurrency(r.CapacityRPS)})}
-		if until, ok := p.probation[r.PoolID+"/"+r.MemberID]; ok && now.Before(until) {
+		if pr, ok := p.probation[r.PoolID+"/"+r.MemberID]; ok && now.Before(pr.until) {
 			// Evicted for failing not long ago: trusted again gradually, so a
 			// member that is alive but broken cannot take a full share back
 			// just by re-registering.
-			m.reputation = probationRep
+			m.reputation, m.probation = pr.rep, pr.rep
 		}
 		pl.members[m.id] = m
 		heap.Push(&pl.heap, m)
@@ -174,13 +189,13 @@ func (p *pools) capacity(poolID string) (rps float64, maxConcurrent, members int
 // but avoid (the member a retry just failed on). ok is false when nobody can
 // take a job now; wait then says when a pause ends (0: on a completion or a
 // registration).
-func (p *pools) pick(poolID, avoid string) (id, address string, wait time.Duration, ok bool) {
+func (p *pools) pick(poolID, avoid string) (id, address string, rate float64, wait time.Duration, ok bool) {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pl := p.byID[poolID]
 	if pl == nil || len(pl.heap) == 0 {
-		return "", "", 0, false
+		return "", "", 0, 0, false
 	}
 	var skipped []*member
 	var chosen, avoided *member
@@ -209,13 +224,13 @@ func (p *pools) pick(poolID, avoid string) (id, address string, wait time.Durati
 		heap.Push(&pl.heap, m)
 	}
 	if chosen == nil {
-		return "", "", wait, false
+		return "", "", 0, wait, false
 	}
 	chosen.vpos += 1 / chosen.weight()
 	heap.Fix(&pl.heap, chosen.index)
 	chosen.inFlight++
 	chosen.picks++
-	return chosen.id, chosen.address, 0, true
+	return chosen.id, chosen.address, chosen.weight(), 0, true
 }
 
 // unpick undoes a pick whose job could not start after all (the pool's
@@ -287,7 +302,7 @@ func (p *pools) record(poolID, memberID string, o memberOutcome) {
 	} else {
 		m.successes++
 		m.reputation = math.Min(1, m.reputation*repSuccess)
-		m.floorSince = time.Time{}
+		m.floorSince, m.probation = time.Time{}, 0
 	}
 	p.mu.Unlock()
 	p.onChange(poolID) // a slot is free
@@ -303,7 +318,12 @@ func later(a, b time.Time) time.Time {
 func (p *pools) evictLocked(pl *pool, m *member, failing bool) {
 	pl.remove(m)
 	if failing {
-		p.probation[pl.id+"/"+m.id] = p.now().Add(probationFor)
+		key := pl.id + "/" + m.id
+		rep := probationRep
+		if prev, ok := p.probation[key]; ok && p.now().Before(prev.until) {
+			rep = max(prev.rep*repFailure, repFloor*2)
+		}
+		p.probation[key] = probation{until: p.now().Add(probationFor), rep: rep}
 	}
 }
 
@@ -332,8 +352,8 @@ func (p *pools) sweep() []string {
 			delete(p.byID, pl.id)
 		}
 	}
-	for k, until := range p.probation {
-		if now.After(until) {
+	for k, pr := range p.probation {
+		if now.After(pr.until) {
 			delete(p.probation, k)
 		}
 	}
@@ -343,7 +363,7 @@ func (p *pools) sweep() []string {
 // MemberHealth describes one pool member (GET /pools, /health).
 type MemberHealth struct {
 	ID             string  `json:"id"`
-	Address        string  `json:"address"`
+	Address        string  `json:"address,omitempty"` // left out of /health without the pool token
 	DeclaredRPS    float64 `json:"declared_rps"`
 	Reputation     float64 `json:"reputation"`
 	EffectiveRPS   float64 `json:"effective_rps"`

@@ -32,7 +32,7 @@ func pickN(t *testing.T, p *pools, n int) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
 	for range n {
-		id, _, _, ok := p.pick("p", "")
+		id, _, _, _, ok := p.pick("p", "")
 		if !ok {
 			t.Fatal("pick failed")
 		}
@@ -160,6 +160,60 @@ func TestFloorEvictionNeedsSustainedFailureWithoutSuccess(t *testing.T) {
 	}
 }
 
+// TestProbationTightensForARepeatOffender follows a member that keeps
+// heartbeating but always fails: each failure eviction brings it back with
+// half the previous probation reputation, and heartbeats alone never raise it
+// above that until it succeeds.
+func TestProbationTightensForARepeatOffender(t *testing.T) {
+	t.Parallel()
+	clock := newFakeNow()
+	p, _ := newTestPools(clock)
+	p.register(reg("good", 10))
+	rep := func() float64 {
+		for _, m := range p.snapshot()["p"].Members {
+			if m.ID == "bad" {
+				return m.Reputation
+			}
+		}
+		return -1
+	}
+	evict := func() {
+		t.Helper()
+		for range 8 {
+			p.record("p", "bad", memberOutcome{failed: true})
+		}
+		clock.add(13 * time.Second)
+		p.register(reg("good", 10))
+		if ev := p.sweep(); len(ev) != 1 {
+			t.Fatalf("sweep evicted %v, want p/bad", ev)
+		}
+	}
+	p.register(reg("bad", 10))
+	evict()
+	for i, want := range []float64{0.25, 0.125, 0.1, 0.1} {
+		p.register(reg("bad", 10))
+		if got := rep(); got != want {
+			t.Fatalf("return %d: reputation %v, want %v", i+1, got, want)
+		}
+		for range 20 {
+			p.register(reg("bad", 10)) // heartbeats: alive, not proven working
+		}
+		if got := rep(); got != want {
+			t.Fatalf("return %d: heartbeats raised reputation on probation to %v (want %v)", i+1, got, want)
+		}
+		evict()
+	}
+	// A success ends probation: heartbeats restore it again.
+	p.register(reg("bad", 10))
+	p.record("p", "bad", memberOutcome{status: 200, observed: true})
+	for range 30 {
+		p.register(reg("bad", 10))
+	}
+	if got := rep(); got != 1 {
+		t.Fatalf("after a success and heartbeats: reputation %v, want 1", got)
+	}
+}
+
 func TestFailureEvictionOnFailureAfterWindow(t *testing.T) {
 	t.Parallel()
 	clock := newFakeNow()
@@ -206,7 +260,7 @@ func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
 	p.register(reg("a", 10))
 	p.register(reg("b", 10))
 	for range 20 {
-		id, _, _, ok := p.pick("p", "a")
+		id, _, _, _, ok := p.pick("p", "a")
 		if !ok || id != "b" {
 			t.Fatalf("pick avoiding a = %q, %v", id, ok)
 		}
@@ -218,7 +272,7 @@ func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
 	p.byID["p"].members["b"].inFlight = 0
 	p.mu.Unlock()
 	for range 5 {
-		id, _, _, _ := p.pick("p", "")
+		id, _, _, _, _ := p.pick("p", "")
 		if id != "a" {
 			t.Fatalf("picked %q while b is paused", id)
 		}
@@ -228,14 +282,14 @@ func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
 		t.Fatalf("capacity with b paused = %v, want 10", rps)
 	}
 	// Only the avoided member is available: better it than waiting.
-	id, _, _, ok := p.pick("p", "a")
+	id, _, _, _, ok := p.pick("p", "a")
 	if !ok || id != "a" {
 		t.Fatalf("pick with only the avoided member free = %q, %v", id, ok)
 	}
 	p.record("p", "a", memberOutcome{status: 200, observed: true})
 	// Everyone paused: no pick, and the wait until the first pause ends.
 	p.record("p", "a", memberOutcome{status: 429, observed: true, deferTo: clock.t.Add(300 * time.Millisecond)})
-	if _, _, wait, ok := p.pick("p", ""); ok || wait != 300*time.Millisecond {
+	if _, _, _, wait, ok := p.pick("p", ""); ok || wait != 300*time.Millisecond {
 		t.Fatalf("pick with all paused = ok %v wait %v", ok, wait)
 	}
 }
@@ -245,15 +299,15 @@ func TestMemberConcurrencyLimit(t *testing.T) {
 	p, _ := newTestPools(newFakeNow())
 	p.register(reg("one", 2)) // at most 2 in flight
 	for range 2 {
-		if _, _, _, ok := p.pick("p", ""); !ok {
+		if _, _, _, _, ok := p.pick("p", ""); !ok {
 			t.Fatal("pick within the limit failed")
 		}
 	}
-	if _, _, _, ok := p.pick("p", ""); ok {
+	if _, _, _, _, ok := p.pick("p", ""); ok {
 		t.Fatal("a third concurrent pick of a 2 rps member")
 	}
 	p.record("p", "one", memberOutcome{status: 200, observed: true})
-	if _, _, _, ok := p.pick("p", ""); !ok {
+	if _, _, _, _, ok := p.pick("p", ""); !ok {
 		t.Fatal("no pick after a slot freed")
 	}
 }
@@ -273,7 +327,7 @@ func TestRegisterWakesThePoolAndLeaveRemoves(t *testing.T) {
 	if err := p.leave("p", "m"); domain.CodeOf(err) != domain.CodeNotFound {
 		t.Fatalf("second leave = %v", err)
 	}
-	if _, _, _, ok := p.pick("p", ""); ok {
+	if _, _, _, _, ok := p.pick("p", ""); ok {
 		t.Fatal("picked from an empty pool")
 	}
 }

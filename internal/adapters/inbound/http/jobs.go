@@ -105,6 +105,16 @@ func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 	hs := h.core.Health(r.Context())
+	if !h.hasPoolToken(r) {
+		// Member addresses are as sensitive as the pool endpoints that show
+		// them; /health stays open for probes, so it leaves them out.
+		for id, p := range hs.Pools {
+			for i := range p.Members {
+				p.Members[i].Address = ""
+			}
+			hs.Pools[id] = p
+		}
+	}
 	status := http.StatusOK
 	if hs.Status != "ok" {
 		status = http.StatusServiceUnavailable

@@ -80,15 +80,21 @@ func (h *Handler) getPool(w http.ResponseWriter, r *http.Request) {
 	}{chi.URLParam(r, "pool_id"), p})
 }
 
-// poolAuthorized enforces AQUIFER_POOL_TOKEN when it is set: without it,
-// anyone who can reach Aquifer could register their own address into a pool
-// and receive other callers' requests, credentials included.
-func (h *Handler) poolAuthorized(w http.ResponseWriter, r *http.Request) bool {
+// hasPoolToken reports whether r may see and change pool membership: no
+// token is configured, or r carries it.
+func (h *Handler) hasPoolToken(r *http.Request) bool {
 	if h.opts.PoolToken == "" {
 		return true
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if ok && subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.PoolToken)) == 1 {
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.PoolToken)) == 1
+}
+
+// poolAuthorized enforces AQUIFER_POOL_TOKEN when it is set: without it,
+// anyone who can reach Aquifer could register their own address into a pool
+// and receive other callers' requests, credentials included.
+func (h *Handler) poolAuthorized(w http.ResponseWriter, r *http.Request) bool {
+	if h.hasPoolToken(r) {
 		return true
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="aquifer-pools"`)

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"net/http"
 	"strings"
 	"testing"
@@ -97,5 +98,14 @@ func TestPoolTokenIsRequiredWhenSet(t *testing.T) {
 	resp, b = e.request(t, http.MethodPost, "/pools/p/members", member(body), "Authorization", "Bearer s3cret")
 	if resp.StatusCode != 200 {
 		t.Fatalf("with the token: %d %s", resp.StatusCode, b)
+	}
+	// /health stays open, but shows member addresses only with the token.
+	_, b = e.request(t, http.MethodGet, "/health", nil)
+	if bytes.Contains(b, []byte("a.test")) || !bytes.Contains(b, []byte(`"id":"m"`)) {
+		t.Fatalf("/health without the token: %s", b)
+	}
+	_, b = e.request(t, http.MethodGet, "/health", nil, "Authorization", "Bearer s3cret")
+	if !bytes.Contains(b, []byte(`"address":"http://a.test/"`)) {
+		t.Fatalf("/health with the token lacks the member address: %s", b)
 	}
 }
