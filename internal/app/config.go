@@ -82,6 +82,13 @@ type Config struct {
 	// refreshed while anybody uses them. Default 1s.
 	LoadRefresh time.Duration
 
+	// Proxy tunes edge-proxy mode (Service.Proxy).
+	Proxy ProxyConfig
+
+	// Drain turns on drain mode: flush the ledger to a webhook once the
+	// process is idle, then clear it.
+	Drain DrainConfig
+
 	// L8 signs webhook deliveries (Standard Webhooks always, L8 for
 	// receivers that proved their identity). Off when L8.Identity is nil.
 	L8 L8Config
@@ -109,6 +116,8 @@ func (p RetryPolicy) Delay(n int) time.Duration {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
+	c.Proxy = c.Proxy.withDefaults()
+	c.Drain = c.Drain.withDefaults()
 	if c.Clock == nil {
 		c.Clock = ports.SystemClock{}
 	}
@@ -183,6 +192,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.Rates.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Store != nil {
+		if err := validateDrain(c.Drain, c.Store); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/pacing"
 )
 
 // dispatcher owns the lanes: it creates them on first use, starts and stops
@@ -95,11 +96,13 @@ func (d *dispatcher) offer(j *domain.Job) {
 	if l != nil && !d.stopping {
 		// The common case: the lane exists. Sending under the read lock keeps
 		// removeIfIdle (which takes the write lock) from missing this offer.
+		l.pending.Add(1)
 		select {
 		case l.offers <- j:
 			d.mu.RUnlock()
 			return
 		default:
+			l.pending.Add(-1)
 		}
 	}
 	d.mu.RUnlock()
@@ -109,10 +112,62 @@ func (d *dispatcher) offer(j *domain.Job) {
 		return
 	}
 	l = d.laneLocked(u)
+	l.pending.Add(1)
 	select {
 	case l.offers <- j:
 	default:
+		l.pending.Add(-1)
 		l.signal(j.ReadyLane, false, j.ReadySeq-1)
+	}
+}
+
+// requeueHeld makes a job that was held back from its lane (a proxy direct
+// attempt that did not work out) available to it again: the lane re-reads
+// its queue from the job on.
+func (d *dispatcher) requeueHeld(j *domain.Job) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopping {
+		return // the job is queued in the store; the next start runs it
+	}
+	d.laneLocked(j.ReadyLane.Upstream()).signal(j.ReadyLane, false, j.ReadySeq-1)
+}
+
+// busy reports whether upstream has work in this process: queued, waiting
+// to retry, running, or just handed over.
+func (d *dispatcher) busy(u domain.UpstreamKey) bool {
+	d.mu.RLock()
+	l := d.lanes[u]
+	d.mu.RUnlock()
+	return l != nil && l.busy()
+}
+
+// anyBusy reports whether any lane has work.
+func (d *dispatcher) anyBusy() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, l := range d.lanes {
+		if l.busy() {
+			return true
+		}
+	}
+	return false
+}
+
+// observe passes a response obtained outside the lanes (a proxy direct
+// attempt) to upstream's lane, so its pacing signals count. It never blocks:
+// under a flood of them some are dropped, which only delays adaptation.
+func (d *dispatcher) observe(key domain.LaneKey, status int, sig pacing.Signals) {
+	d.mu.Lock()
+	if d.stopping {
+		d.mu.Unlock()
+		return
+	}
+	l := d.laneLocked(key.Upstream())
+	d.mu.Unlock()
+	select {
+	case l.seen <- observation{queue: key, status: status, signals: sig}:
+	default:
 	}
 }
 

@@ -22,6 +22,11 @@ type Health struct {
 	Lanes     []LaneHealth          `json:"lanes"`
 	Admission *AdmissionHealth      `json:"admission,omitempty"`
 	Pools     map[string]PoolHealth `json:"pools"`
+	// Proxy is each destination's edge-proxy mode (only destinations the
+	// proxy has seen fall back).
+	Proxy map[string]ProxyHealth `json:"proxy,omitempty"`
+	// Drain is drain mode's state (only when enabled).
+	Drain *DrainHealth `json:"drain,omitempty"`
 }
 
 // StoreHealth reports whether the store answers, and how fast.
@@ -79,6 +84,10 @@ func (s *Service) Health(ctx context.Context) *Health {
 	sort.Slice(h.Lanes, func(i, j int) bool { return h.Lanes[i].Lane < h.Lanes[j].Lane })
 	h.Admission = s.adm.health(ctx, s.cfg.MaxBodyBytes)
 	h.Pools = s.pools.snapshot()
+	h.Proxy = s.proxyHealth()
+	if s.drain != nil {
+		h.Drain = s.drain.health()
+	}
 	if id := s.cfg.L8.Identity; id != nil {
 		h.L8Protocol, h.L8PublicKey, h.StandardWebhooksKey = l8.ProtocolVersion, id.PublicKeyBase64(), id.StandardWebhooksKey()
 	}

@@ -219,13 +219,19 @@ func (t *memTrust) Put(tr *l8.Trust) error {
 // always (webhook-id is the job id, stable across retries), L8 when the
 // receiver is trusted (a new delivery id per attempt).
 func (d *dispatcher) signDelivery(ctx context.Context, req *http.Request, j *domain.Job, body []byte) {
+	d.sign(ctx, req, "msg_"+string(j.ID), j.WebhookURL, body)
+}
+
+// sign adds the Standard Webhooks signature (webhook-id msgID) and, if the
+// receiver at target is trusted, the L8 signature to req.
+func (d *dispatcher) sign(ctx context.Context, req *http.Request, msgID, target string, body []byte) {
 	if d.trust == nil {
 		return
 	}
 	now := d.cfg.Clock.Now()
 	id := d.cfg.L8.Identity
-	id.SignStandard(req.Header, "msg_"+string(j.ID), body, now)
-	if d.trust.trusted(ctx, j.WebhookURL) {
+	id.SignStandard(req.Header, msgID, body, now)
+	if d.trust.trusted(ctx, target) {
 		id.SignL8(req.Header, body, now)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"math"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,11 +46,19 @@ type lane struct {
 	done    chan *outcome
 	fetches chan *fetchResult
 	drops   chan domain.JobID // cancelled jobs to forget
+	seen    chan observation  // responses obtained outside the lane (proxy direct attempts)
 	quit    chan struct{}
 	fetchWG sync.WaitGroup
 
-	sigMu   sync.Mutex
-	signals map[domain.LaneKey]laneSignal // guarded by sigMu; drained by run
+	sigMu    sync.Mutex
+	signals  map[domain.LaneKey]laneSignal // guarded by sigMu; drained by run
+	sigCalls int64                         // signal calls since the last drain; guarded by sigMu
+
+	// pending counts offers and signals sent but not yet taken in by run;
+	// busy is whether the lane had any work at its last loop. Together they
+	// say whether the upstream has a backlog (busy).
+	pending atomic.Int64
+	hasWork atomic.Bool
 
 	rate     atomic.Uint64 // math.Float64bits of the current rate, for readers
 	rateText []string      // the current rate as a header value; owned by run
@@ -85,6 +94,7 @@ func newLane(d *dispatcher, u domain.UpstreamKey) *lane {
 		done:     make(chan *outcome, 64),
 		fetches:  make(chan *fetchResult, 4),
 		drops:    make(chan domain.JobID, 16),
+		seen:     make(chan observation, 16),
 		quit:     make(chan struct{}),
 		signals:  make(map[domain.LaneKey]laneSignal),
 		pace:     pace,
@@ -111,6 +121,8 @@ func (l *lane) signal(key domain.LaneKey, rewind bool, floor int64) {
 	s.rewind = s.rewind || rewind
 	s.floor = min(s.floor, floor)
 	l.signals[key] = s
+	l.sigCalls++
+	l.pending.Add(1)
 	l.sigMu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
@@ -125,6 +137,10 @@ func (l *lane) poke() {
 	default:
 	}
 }
+
+// busy reports whether the lane has work: waiting, delayed, running, or on
+// its way in.
+func (l *lane) busy() bool { return l.pending.Load() > 0 || l.hasWork.Load() }
 
 func (l *lane) pendingSignals() bool {
 	l.sigMu.Lock()
@@ -154,6 +170,7 @@ func (l *lane) run(ctx context.Context) {
 	timer := clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	l.idleSince = clock.Now()
+	var consumed int64 // offers and signals taken in since hasWork was last set
 	for {
 		now := clock.Now()
 		for _, q := range l.order {
@@ -165,6 +182,13 @@ func (l *lane) run(ctx context.Context) {
 		wait := l.dispatchReady(now)
 		l.collectIdleQueues(now)
 		l.publishStats(now)
+		// Publish hasWork before releasing what was taken in, so busy never
+		// reads false while work is in the lane.
+		l.hasWork.Store(l.anyWork())
+		if consumed > 0 {
+			l.pending.Add(-consumed)
+			consumed = 0
+		}
 
 		if len(l.queues) == 0 {
 			if l.idleSince.IsZero() {
@@ -191,8 +215,9 @@ func (l *lane) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-l.wake:
-			l.applySignals()
+			consumed += l.applySignals()
 		case j := <-l.offers:
+			consumed++
 			l.queue(j.ReadyLane).accept(j, l.d.cfg.WindowJobs)
 		case o := <-l.done:
 			l.complete(o, clock.Now())
@@ -200,6 +225,11 @@ func (l *lane) run(ctx context.Context) {
 			l.fetched(f, clock.Now())
 		case id := <-l.drops:
 			l.drop(id)
+		case o := <-l.seen:
+			l.observeResponse(l.queue(o.queue), o.status, o.signals, clock.Now())
+			if o.status == http.StatusTooManyRequests && o.signals.RetryAfter > 0 {
+				l.queue(o.queue).pause(clock.Now().Add(o.signals.RetryAfter))
+			}
 		case <-timer.C():
 		}
 	}
@@ -216,10 +246,12 @@ func (l *lane) queue(key domain.LaneKey) *queue {
 	return q
 }
 
-func (l *lane) applySignals() {
+// applySignals marks the signalled queues stale and returns how many signal
+// calls it took in.
+func (l *lane) applySignals() int64 {
 	l.sigMu.Lock()
-	pending := l.signals
-	l.signals = make(map[domain.LaneKey]laneSignal)
+	pending, calls := l.signals, l.sigCalls
+	l.signals, l.sigCalls = make(map[domain.LaneKey]laneSignal), 0
 	l.sigMu.Unlock()
 	for key, s := range pending {
 		floor := s.floor
@@ -228,6 +260,7 @@ func (l *lane) applySignals() {
 		}
 		l.queue(key).markStale(floor)
 	}
+	return calls
 }
 
 // fetchResult is a page read from the store for one queue.
@@ -301,12 +334,14 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 			return 0
 		}
 		var member, target string
+		flowRate := l.rateText
 		if poolID != "" && q.window[0].Phase() == domain.PhaseDispatch {
-			id, addr, wait, ok := l.d.pools.pick(poolID, q.avoid[q.window[0].ReadySeq])
+			id, addr, rate, wait, ok := l.d.pools.pick(poolID, q.avoid[q.window[0].ReadySeq])
 			if !ok {
 				return wait // every member paused or busy: a completion or a pause's end wakes the lane
 			}
-			member, target = id, addr
+			// The member hears its own share of the pool's rate.
+			member, target, flowRate = id, addr, []string{formatRate(rate)}
 		}
 		if wait := l.limiter.Take(now); wait > 0 {
 			if member != "" {
@@ -325,7 +360,7 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		}
 		l.gate.Acquire()
 		q.running++
-		l.d.startAttempt(l, q.key, j, l.rateText, member, target)
+		l.d.startAttempt(l, q.key, j, flowRate, member, target)
 	}
 	return 0
 }
@@ -389,18 +424,7 @@ func (l *lane) complete(o *outcome, now time.Time) {
 		return
 	}
 	if o.observed {
-		if l.pace.Observe(o.signals) {
-			l.limiter.SetRate(l.pace.RPS())
-			l.gate.SetLimit(l.pace.MaxConcurrent())
-			l.setRate(l.pace.RPS())
-			l.log.Debug("pace changed", zap.Float64("rps", l.pace.RPS()), zap.Int("max_concurrent", l.pace.MaxConcurrent()))
-		}
-		if o.signals.ResetIn > 0 {
-			q.pause(now.Add(o.signals.ResetIn))
-		}
-		if o.status == 503 && o.signals.RetryAfter > 0 {
-			l.limiter.Delay(now.Add(o.signals.RetryAfter))
-		}
+		l.observeResponse(q, o.status, o.signals, now)
 	}
 	switch o.kind {
 	case outcomeDeferred:
@@ -433,6 +457,41 @@ func (l *lane) drop(id domain.JobID) {
 			}
 		}
 	}
+}
+
+// observeResponse folds one response's pacing signals into the lane: load
+// signals set the pace, a rate-limit reset pauses q, a 503 Retry-After holds
+// the whole lane.
+func (l *lane) observeResponse(q *queue, status int, sig pacing.Signals, now time.Time) {
+	if l.pace.Observe(sig) {
+		l.limiter.SetRate(l.pace.RPS())
+		l.gate.SetLimit(l.pace.MaxConcurrent())
+		l.setRate(l.pace.RPS())
+		l.log.Debug("pace changed", zap.Float64("rps", l.pace.RPS()), zap.Int("max_concurrent", l.pace.MaxConcurrent()))
+	}
+	if sig.ResetIn > 0 {
+		q.pause(now.Add(sig.ResetIn))
+	}
+	if status == http.StatusServiceUnavailable && sig.RetryAfter > 0 {
+		l.limiter.Delay(now.Add(sig.RetryAfter))
+	}
+}
+
+// observation is a response the lane did not send itself.
+type observation struct {
+	queue   domain.LaneKey
+	status  int
+	signals pacing.Signals
+}
+
+// anyWork reports whether any queue has work.
+func (l *lane) anyWork() bool {
+	for _, q := range l.order {
+		if !q.idle() {
+			return true
+		}
+	}
+	return false
 }
 
 // collectIdleQueues forgets queues that have had nothing to do for the idle

@@ -30,6 +30,9 @@ func (s *Service) startBackground() *background {
 	b.every(ctx, s.d, s.cfg.PositionInterval, s.publishPositions)
 	b.every(ctx, s.d, s.cfg.OrphanCheck, s.adoptOrphans)
 	b.every(ctx, s.d, s.cfg.PoolSweep, s.sweepPools)
+	if s.drain != nil {
+		b.every(ctx, s.d, s.cfg.Drain.Tick, func(ctx context.Context) { s.drain.tick(ctx, s.cfg.Clock.Now()) })
+	}
 	b.every(ctx, s.d, time.Minute, func(context.Context) {
 		s.nonces.Sweep(s.cfg.Clock.Now())
 		s.d.pruneCanceled(s.cfg.Clock.Now())

@@ -24,6 +24,8 @@ type Service struct {
 	adm    *admission
 	pools  *pools
 	nonces *l8.Nonces // challenge nonces answered recently
+	proxy  proxyModes
+	drain  *drainer // nil unless drain mode is on
 
 	// modes holds each upstream's account-queue mode (true: one queue per
 	// tenant). It lives as long as the process, not the lane.
@@ -54,6 +56,9 @@ func New(cfg Config) (*Service, error) {
 	s.adm = newAdmission(cfg.Admission, cfg.Store, cfg.Clock)
 	s.pools = newPools(cfg.Clock.Now, s.d.poolChanged)
 	s.d.pools = s.pools
+	if cfg.Drain.Enabled {
+		s.drain = newDrainer(cfg.Drain, s.log, s.idleNow, s.flushLedger)
+	}
 	return s, nil
 }
 
@@ -186,6 +191,9 @@ func (s *Service) store(ctx context.Context, job *domain.Job) (*domain.Job, bool
 	}
 	if fresh {
 		s.adm.admitted()
+		if s.drain != nil {
+			s.drain.activity()
+		}
 	}
 	return stored, fresh, nil
 }

@@ -187,3 +187,34 @@ type Counts struct {
 
 // Total returns all unfinished work.
 func (c Counts) Total() int64 { return c.Queued + c.InFlight + c.Deliveries }
+
+// LedgerStore is implemented by stores that support drain mode: stores one
+// process owns entirely (SQLite, Pebble, memory), whose whole content is
+// that process's ledger. A store shared by several processes does not offer
+// it: clearing it would delete other processes' jobs.
+type LedgerStore interface {
+	// Ledger returns up to p.Limit unexpired jobs with Seq > p.AfterSeq, in
+	// Seq order.
+	Ledger(ctx context.Context, p *LedgerParams) ([]LedgerEntry, error)
+
+	// DeleteFinished deletes up to limit jobs with Seq <= throughSeq that are
+	// finished with nothing left to do (terminal, no webhook delivery
+	// pending), and returns how many it deleted. It never deletes work.
+	DeleteFinished(ctx context.Context, throughSeq int64, limit int) (int, error)
+}
+
+// LedgerParams are the arguments of LedgerStore.Ledger.
+type LedgerParams struct {
+	AfterSeq int64
+	Limit    int
+	Now      time.Time
+}
+
+// LedgerEntry is one job as drain mode reports it.
+type LedgerEntry struct {
+	Seq           int64
+	ID            domain.JobID
+	UserID        string
+	IdempotentKey string
+	Status        domain.Status
+}

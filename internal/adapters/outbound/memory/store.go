@@ -377,3 +377,54 @@ func (s *Store) Close() error {
 	s.closed = true
 	return nil
 }
+
+var _ ports.LedgerStore = (*Store)(nil)
+
+// Ledger implements ports.LedgerStore.
+func (s *Store) Ledger(_ context.Context, p *ports.LedgerParams) ([]ports.LedgerEntry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	seqs := make([]int64, 0, len(s.bySeq))
+	for seq := range s.bySeq {
+		if seq > p.AfterSeq {
+			seqs = append(seqs, seq)
+		}
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	var out []ports.LedgerEntry
+	for _, seq := range seqs {
+		if len(out) >= p.Limit {
+			break
+		}
+		j := s.jobs[s.bySeq[seq]]
+		if j.Expired(p.Now) {
+			continue
+		}
+		out = append(out, ports.LedgerEntry{Seq: j.Seq, ID: j.ID, UserID: j.UserID, IdempotentKey: j.IdempotentKey, Status: j.Status})
+	}
+	return out, nil
+}
+
+// DeleteFinished implements ports.LedgerStore.
+func (s *Store) DeleteFinished(_ context.Context, throughSeq int64, limit int) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for seq, id := range s.bySeq {
+		if n >= limit {
+			break
+		}
+		j := s.jobs[id]
+		if seq <= throughSeq && j.Status.Terminal() && j.ReadyLane == "" {
+			s.deleteLocked(j)
+			n++
+		}
+	}
+	return n, nil
+}

@@ -11,3 +11,7 @@ import (
 func TestContract(t *testing.T) {
 	storetest.Exercise(t, func(t *testing.T) ports.JobStore { return memory.New(nil) })
 }
+
+func TestLedgerContract(t *testing.T) {
+	storetest.ExerciseLedger(t, func(t *testing.T) ports.JobStore { return memory.New(nil) })
+}

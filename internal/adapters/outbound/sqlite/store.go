@@ -376,6 +376,61 @@ func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
 	return int(r.n), r.err
 }
 
+var _ ports.LedgerStore = (*Store)(nil)
+
+// Ledger implements ports.LedgerStore.
+func (s *Store) Ledger(ctx context.Context, p *ports.LedgerParams) ([]ports.LedgerEntry, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT seq, id, user_id, idempotent_key, status FROM jobs
+		WHERE seq > ? AND (expires_at = 0 OR expires_at > ?) ORDER BY seq LIMIT ?`, p.AfterSeq, ms(p.Now), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	defer rows.Close()
+	var out []ports.LedgerEntry
+	for rows.Next() {
+		var e ports.LedgerEntry
+		var id, status string
+		if err := rows.Scan(&e.Seq, &id, &e.UserID, &e.IdempotentKey, &status); err != nil {
+			return nil, fmt.Errorf("read ledger: %w", err)
+		}
+		e.ID, e.Status = domain.JobID(id), domain.Status(status)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteFinished implements ports.LedgerStore. Candidates are found on a
+// read connection; the writer deletes them re-checking that each is still
+// finished.
+func (s *Store) DeleteFinished(ctx context.Context, throughSeq int64, limit int) (int, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT seq FROM jobs WHERE seq <= ? AND status IN ('completed', 'failed')
+		AND ready_lane = '' LIMIT ?`, throughSeq, limit)
+	if err != nil {
+		return 0, fmt.Errorf("find finished jobs: %w", err)
+	}
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("find finished jobs: %w", err)
+		}
+		seqs = append(seqs, seq)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("find finished jobs: %w", err)
+	}
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	r := s.submit(ctx, &op{kind: opDeleteFinished, seqs: seqs, done: wait()})
+	return int(r.n), r.err
+}
+
 // Get implements ports.JobStore.
 func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
 	j, err := scanJob(s.reads.get.QueryRowContext(ctx, string(id)))

@@ -25,3 +25,7 @@ func TestContract(t *testing.T) {
 func TestContractSyncNormal(t *testing.T) {
 	storetest.Exercise(t, func(t *testing.T) ports.JobStore { return open(t, sqlite.SyncNormal) })
 }
+
+func TestLedgerContract(t *testing.T) {
+	storetest.ExerciseLedger(t, func(t *testing.T) ports.JobStore { return open(t, sqlite.SyncFull) })
+}

@@ -26,6 +26,7 @@ const (
 	opRecover
 	opResetStale
 	opPurge
+	opDeleteFinished
 )
 
 // op is one write waiting for the writer. done is nil for fire-and-forget ops.
@@ -69,8 +70,8 @@ func (r rowStmt) exec(ctx context.Context, tx *sql.Tx, seq int64, id domain.JobI
 }
 
 type writeStmts struct {
-	insert, selectByKey, deleteBySeq, deleteByID, purge, resetStale, statusOf *sql.Stmt
-	markInFlight, requeue, requeueDelivery, finish, finishDelivery            rowStmt
+	insert, selectByKey, deleteBySeq, deleteByID, purge, deleteFinished, resetStale, statusOf *sql.Stmt
+	markInFlight, requeue, requeueDelivery, finish, finishDelivery                            rowStmt
 }
 
 func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -97,6 +98,7 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	w.deleteByID = p("DELETE FROM jobs WHERE id = ?")
 	w.statusOf = p("SELECT status FROM jobs WHERE id = ?")
 	w.purge = p("DELETE FROM jobs WHERE seq = ? AND expires_at <= ?")
+	w.deleteFinished = p("DELETE FROM jobs WHERE seq = ? AND status IN ('completed', 'failed') AND ready_lane = ''")
 	w.resetStale = p(`UPDATE jobs SET status = 'queued', updated_at = ?, expires_at = ?
 		WHERE id = ? AND status = 'in_flight' AND dispatched_at < ?`)
 	w.markInFlight = row(`UPDATE jobs SET status = 'in_flight', dispatched_at = ?, updated_at = ?
@@ -321,6 +323,18 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *op) (opResult, error) 
 			res, err := st.ExecContext(ctx, seq, ms(o.at))
 			if err != nil {
 				return opResult{}, fmt.Errorf("purge expired jobs: %w", err)
+			}
+			k, _ := res.RowsAffected()
+			n += k
+		}
+		return opResult{n: n}, nil
+	case opDeleteFinished:
+		var n int64
+		st := tx.StmtContext(ctx, s.stmts.deleteFinished)
+		for _, seq := range o.seqs {
+			res, err := st.ExecContext(ctx, seq)
+			if err != nil {
+				return opResult{}, fmt.Errorf("delete finished jobs: %w", err)
 			}
 			k, _ := res.RowsAffected()
 			n += k
