@@ -31,6 +31,10 @@ STORE ?= sqlite
 bench: build ## run cmd/aquifer-bench against a freshly started aquiferd; STORE=sqlite|pebble|postgres (or a list), BENCH_ARGS=…
 	./$(BIN)/aquifer-bench -aquiferd ./$(BIN)/aquiferd -store $(STORE) $(BENCH_ARGS)
 
+.PHONY: interop
+interop: ## drive aquiferd with the official TypeScript MCP and A2A clients from npm (needs node, npm)
+	scripts/interop.sh
+
 lint: ## gofmt, go vet and the architecture rules
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

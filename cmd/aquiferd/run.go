@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -17,7 +18,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	a2aagent "github.com/aquiferhq/aquifer/internal/adapters/inbound/a2a"
 	httpapi "github.com/aquiferhq/aquifer/internal/adapters/inbound/http"
+	mcpadapter "github.com/aquiferhq/aquifer/internal/adapters/inbound/mcp"
 	"github.com/aquiferhq/aquifer/internal/adapters/outbound/egress"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/config"
@@ -57,7 +60,7 @@ func Run(ctx context.Context, args []string, lookup config.LookupEnv, stdout, st
 	}
 	defer func() { _ = log.Sync() }()
 
-	d, err := build(ctx, cfg, log)
+	d, err := build(ctx, cfg, log, stdout)
 	if err != nil {
 		return err
 	}
@@ -71,11 +74,17 @@ type daemon struct {
 	store ports.JobStore
 	svc   *app.Service
 	api   *httpapi.Handler
-	srv   *http.Server
+	srv   *http.Server // nil when no HTTP-based adapter runs
 	ln    net.Listener
+	mcp   *mcpadapter.Server // nil unless mcp-http or mcp-stdio runs
+	agent *a2aagent.Agent    // nil unless a2a runs
+	// stdio is the MCP stdio transport (nil unless mcp-stdio runs): the
+	// process's stdin, and stdout, which carries nothing but protocol.
+	stdin  io.ReadCloser
+	stdout io.Writer
 }
 
-func build(ctx context.Context, cfg *config.Config, log *zap.Logger) (*daemon, error) {
+func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.Writer) (*daemon, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
@@ -107,35 +116,112 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger) (*daemon, e
 		store.Close()
 		return nil, err
 	}
-	api := httpapi.New(svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, PoolToken: cfg.PoolToken, Logger: log})
-	srv := httpapi.NewServer(api, httpapi.ServerOptions{}, log)
-	srv.RegisterOnShutdown(api.CloseStreams)
+	d := &daemon{cfg: cfg, log: log, store: store, svc: svc}
+	if cfg.HasAdapter("mcp-stdio") {
+		d.stdin, d.stdout = os.Stdin, stdout
+	}
+	if err := d.buildAdapters(); err != nil {
+		store.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// buildAdapters wires the inbound adapters cfg.Adapters names. The
+// HTTP-based ones (http, a2a, mcp-http) share one listener, which also
+// serves /health; mcp-stdio speaks MCP on stdin/stdout.
+func (d *daemon) buildAdapters() error {
+	cfg, log := d.cfg, d.log
+	d.api = httpapi.New(d.svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, PoolToken: cfg.PoolToken, Logger: log})
+	if cfg.HasAdapter("mcp-http") || cfg.HasAdapter("mcp-stdio") {
+		d.mcp = mcpadapter.New(d.svc, mcpadapter.Options{Version: Version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+	}
+	if !cfg.HasAdapter("http") && !cfg.HasAdapter("a2a") && !cfg.HasAdapter("mcp-http") {
+		return nil
+	}
+	mux := http.NewServeMux()
+	if cfg.HasAdapter("http") {
+		mux.Handle("/", d.api)
+	} else {
+		mux.Handle("/health", d.api) // for probes, whatever else runs
+	}
+	if cfg.HasAdapter("mcp-http") {
+		mux.Handle("/mcp", d.mcp.HTTPHandler())
+	}
+	if cfg.HasAdapter("a2a") {
+		agent, err := a2aagent.New(d.svc, a2aagent.Options{
+			PublicURL:    cfg.A2ABaseURL(),
+			PushDir:      filepath.Join(cfg.DataDir, "a2a-push"),
+			Version:      Version,
+			MaxBodyBytes: cfg.MaxBodyBytes,
+			Logger:       log,
+		})
+		if err != nil {
+			return err
+		}
+		d.agent = agent
+		mux.Handle(a2aagent.CardPath, agent.CardHandler())
+		mux.Handle(a2aagent.JSONRPCPath, agent.JSONRPCHandler())
+	}
+	d.srv = httpapi.NewServer(mux, httpapi.ServerOptions{}, log)
+	// Long-lived responses (SSE, MCP streams and long-polls, A2A streams)
+	// end at shutdown instead of holding it up.
+	d.srv.RegisterOnShutdown(d.api.CloseStreams)
+	if d.mcp != nil {
+		d.srv.RegisterOnShutdown(d.mcp.Close)
+	}
+	if d.agent != nil {
+		d.srv.RegisterOnShutdown(d.agent.Close)
+	}
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		store.Close()
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return &daemon{cfg: cfg, log: log, store: store, svc: svc, api: api, srv: srv, ln: ln}, nil
+	d.ln = ln
+	return nil
 }
 
 func (d *daemon) serve(ctx context.Context) error {
 	if err := d.svc.Start(ctx); err != nil {
-		d.ln.Close()
+		d.closeListener()
 		d.store.Close()
 		return err
 	}
-	d.log.Info("aquiferd started", zap.String("version", Version), zap.String("addr", d.ln.Addr().String()),
+	if d.agent != nil {
+		if err := d.agent.Start(ctx); err != nil {
+			d.closeListener()
+			return errors.Join(err, d.shutdown())
+		}
+	}
+	addr := "none"
+	if d.ln != nil {
+		addr = d.ln.Addr().String()
+	}
+	d.log.Info("aquiferd started", zap.String("version", Version), zap.String("addr", addr),
 		zap.String("db_path", d.cfg.DBPath), zap.String("store", d.cfg.StoreBackend), zap.String("instance_id", d.cfg.InstanceID),
 		zap.String("sqlite_sync", d.cfg.SQLiteSync), zap.Strings("adapters", d.cfg.Adapters))
-	if d.cfg.PoolToken == "" {
+	if d.agent != nil {
+		d.log.Info("A2A agent card", zap.String("url", d.agent.Card().URL))
+	}
+	if d.cfg.PoolToken == "" && d.cfg.HasAdapter("http") {
 		d.log.Warn("pool endpoints are open: anyone who can reach Aquifer can register a pool member and receive pool jobs; set AQUIFER_POOL_TOKEN")
 	}
 	if d.cfg.MemoryLimitMB == 0 {
 		d.log.Warn("no memory limit set: under sustained overload memory grows until the OS intervenes; set AQUIFER_MEMORY_LIMIT_MB to shed load with 429s instead")
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- d.srv.Serve(d.ln) }()
+	if d.srv != nil {
+		go func() { serveErr <- d.srv.Serve(d.ln) }()
+	}
+	// The MCP stdio session ends when the client closes stdin: then the
+	// process, whose life the client owns, shuts down.
+	stdioCtx, stopStdio := context.WithCancel(ctx)
+	defer stopStdio()
+	stdioDone := make(chan error, 1)
+	if d.stdin != nil {
+		go func() { stdioDone <- d.mcp.RunStdio(stdioCtx, d.stdin, nopWriteCloser{d.stdout}) }()
+	}
 	if d.cfg.DebugAddr != "" {
 		dbg := &http.Server{Addr: d.cfg.DebugAddr, Handler: debugMux(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = dbg.ListenAndServe() }()
@@ -148,10 +234,27 @@ func (d *daemon) serve(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-serveErr:
 		err = fmt.Errorf("http server: %w", err)
+	case err = <-stdioDone:
+		if err != nil {
+			err = fmt.Errorf("mcp stdio: %w", err)
+		} else {
+			d.log.Info("MCP stdio client closed stdin")
+		}
 	}
 	d.log.Info("shutting down", zap.Duration("timeout", d.cfg.ShutdownTimeout))
 	return errors.Join(err, d.shutdown())
 }
+
+func (d *daemon) closeListener() {
+	if d.ln != nil {
+		d.ln.Close()
+	}
+}
+
+// nopWriteCloser keeps the MCP transport from closing the process's stdout.
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
 
 // shutdown stops intake first, then dispatch, then the store, so every
 // accepted job is either finished or durably queued for the next start.
@@ -159,9 +262,17 @@ func (d *daemon) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
 	var errs []error
-	if err := d.srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-		d.srv.Close()
+	if d.srv != nil {
+		if err := d.srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+			d.srv.Close()
+		}
+	}
+	if d.mcp != nil {
+		d.mcp.Close() // ends stdio long-polls too
+	}
+	if d.agent != nil {
+		d.agent.Close() // waits for its push watchers
 	}
 	if err := d.svc.Stop(ctx); err != nil {
 		d.log.Warn("attempts aborted at shutdown; they will run again after restart", zap.Error(err))

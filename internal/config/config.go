@@ -24,6 +24,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -81,8 +82,12 @@ type Config struct {
 	// LogLevel is debug, info, warn or error; LogFormat is json or console.
 	LogLevel  string
 	LogFormat string
-	// Adapters are the inbound adapters to run.
+	// Adapters are the inbound adapters to run, each once, in the order
+	// given: http, a2a, mcp-http (share the HTTP listener) and mcp-stdio.
 	Adapters []string
+	// A2APublicURL is the base URL the A2A agent card advertises ("" until
+	// set; see A2ABaseURL for the effective value).
+	A2APublicURL string
 	// DebugAddr, when set, serves Go's pprof handlers on that address.
 	DebugAddr string
 	// L8PrivateKey is the base64 Ed25519 private key ("" = use the key file).
@@ -225,17 +230,20 @@ var Settings = []Setting{
 	{Key: "l8.miss_ttl", Env: "AQUIFER_L8_MISS_TTL", Default: "10m",
 		Doc:   "How long a webhook receiver that does not speak L8 (or failed the handshake) gets unsigned deliveries before it is probed again.",
 		apply: func(c *Config, v string) (err error) { c.L8MissTTL, err = parseDuration(v); return }},
-	{Key: "adapter", Env: "AQUIFER_ADAPTER", Default: "http", Doc: "Inbound adapters to run, comma-separated: http.",
+	{Key: "adapter", Env: "AQUIFER_ADAPTER", Default: "http",
+		Doc: "Inbound adapters to run, comma-separated: http (REST), a2a (A2A agent), mcp-http (MCP streamable HTTP at /mcp), mcp-stdio (MCP on stdin/stdout). http, a2a and mcp-http share one listener.",
 		apply: func(c *Config, v string) error {
 			c.Adapters = nil
+			seen := map[string]bool{}
 			for _, a := range strings.Split(v, ",") {
 				a = strings.ToLower(strings.TrimSpace(a))
-				if a == "" {
+				if a == "" || seen[a] {
 					continue
 				}
-				if a != "http" {
-					return fmt.Errorf("unknown adapter %q (expected http)", a)
+				if !AdapterNames[a] {
+					return fmt.Errorf("unknown adapter %q (expected http, a2a, mcp-http or mcp-stdio)", a)
 				}
+				seen[a] = true
 				c.Adapters = append(c.Adapters, a)
 			}
 			if len(c.Adapters) == 0 {
@@ -243,6 +251,41 @@ var Settings = []Setting{
 			}
 			return nil
 		}},
+	{Key: "a2a.public_url", Env: "AQUIFER_A2A_PUBLIC_URL", Default: "",
+		Doc: "Base URL A2A clients reach Aquifer at, advertised in the agent card (the JSON-RPC endpoint is this plus /a2a). Empty means http://localhost:$PORT.",
+		apply: func(c *Config, v string) error {
+			v = strings.TrimRight(v, "/")
+			if v != "" {
+				u, err := url.Parse(v)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+					return fmt.Errorf("%q must be an absolute http or https URL without credentials, query or fragment", v)
+				}
+			}
+			c.A2APublicURL = v
+			return nil
+		}},
+}
+
+// AdapterNames are the accepted values of AQUIFER_ADAPTER.
+var AdapterNames = map[string]bool{"http": true, "a2a": true, "mcp-http": true, "mcp-stdio": true}
+
+// HasAdapter reports whether adapter name is to run.
+func (c *Config) HasAdapter(name string) bool {
+	for _, a := range c.Adapters {
+		if a == name {
+			return true
+		}
+	}
+	return false
+}
+
+// A2ABaseURL is the A2A agent's public base URL: A2APublicURL, or
+// http://localhost:$PORT when it is empty.
+func (c *Config) A2ABaseURL() string {
+	if c.A2APublicURL != "" {
+		return c.A2APublicURL
+	}
+	return fmt.Sprintf("http://localhost:%d", c.Port)
 }
 
 // LookupEnv reads one environment variable; os.LookupEnv in production.

@@ -139,6 +139,13 @@ func TestLoadEnvValues(t *testing.T) {
 		{"log format", map[string]string{"AQUIFER_LOG_FORMAT": "Console"}, func(c *config.Config) bool { return c.LogFormat == "console" }},
 		{"debug addr", map[string]string{"AQUIFER_DEBUG_ADDR": "127.0.0.1:6060"}, func(c *config.Config) bool { return c.DebugAddr == "127.0.0.1:6060" }},
 		{"adapter spaced and cased", map[string]string{"AQUIFER_ADAPTER": " HTTP , "}, func(c *config.Config) bool { return reflect.DeepEqual(c.Adapters, []string{"http"}) }},
+		{"adapter list deduplicated", map[string]string{"AQUIFER_ADAPTER": "http, a2a,MCP-HTTP,mcp-stdio,http"}, func(c *config.Config) bool {
+			return reflect.DeepEqual(c.Adapters, []string{"http", "a2a", "mcp-http", "mcp-stdio"}) && c.HasAdapter("a2a") && !c.HasAdapter("grpc")
+		}},
+		{"a2a public url", map[string]string{"AQUIFER_A2A_PUBLIC_URL": "https://aq.example.com/base/"}, func(c *config.Config) bool {
+			return c.A2APublicURL == "https://aq.example.com/base" && c.A2ABaseURL() == "https://aq.example.com/base"
+		}},
+		{"a2a public url default", map[string]string{"PORT": "9099"}, func(c *config.Config) bool { return c.A2APublicURL == "" && c.A2ABaseURL() == "http://localhost:9099" }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -268,8 +275,10 @@ func TestLoadEnvErrors(t *testing.T) {
 		{"log level unknown", map[string]string{"AQUIFER_LOG_LEVEL": "verbose"}, `AQUIFER_LOG_LEVEL: "verbose" is not one of debug, info, warn, error`},
 		{"log level warning spelled out", map[string]string{"AQUIFER_LOG_LEVEL": "warning"}, `AQUIFER_LOG_LEVEL: "warning" is not one of debug, info, warn, error`},
 		{"log format unknown", map[string]string{"AQUIFER_LOG_FORMAT": "xml"}, `AQUIFER_LOG_FORMAT: "xml" is not one of json, console`},
-		{"adapter unknown", map[string]string{"AQUIFER_ADAPTER": "grpc"}, `AQUIFER_ADAPTER: unknown adapter "grpc" (expected http)`},
-		{"adapter unknown in list", map[string]string{"AQUIFER_ADAPTER": "http,mcp"}, `AQUIFER_ADAPTER: unknown adapter "mcp" (expected http)`},
+		{"adapter unknown", map[string]string{"AQUIFER_ADAPTER": "grpc"}, `AQUIFER_ADAPTER: unknown adapter "grpc" (expected http, a2a, mcp-http or mcp-stdio)`},
+		{"adapter unknown in list", map[string]string{"AQUIFER_ADAPTER": "http,mcp"}, `AQUIFER_ADAPTER: unknown adapter "mcp" (expected http, a2a, mcp-http or mcp-stdio)`},
+		{"a2a public url not http", map[string]string{"AQUIFER_A2A_PUBLIC_URL": "ftp://aq.example.com"}, `AQUIFER_A2A_PUBLIC_URL: "ftp://aq.example.com" must be an absolute http or https URL`},
+		{"a2a public url relative", map[string]string{"AQUIFER_A2A_PUBLIC_URL": "/a2a"}, `AQUIFER_A2A_PUBLIC_URL: "/a2a" must be an absolute http or https URL`},
 		{"adapter empty list", map[string]string{"AQUIFER_ADAPTER": " , ,"}, "AQUIFER_ADAPTER: at least one adapter is required"},
 		{"adapter empty", map[string]string{"AQUIFER_ADAPTER": ""}, "AQUIFER_ADAPTER: at least one adapter is required"},
 	}
