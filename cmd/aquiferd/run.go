@@ -21,6 +21,7 @@ import (
 	a2aagent "github.com/aquiferhq/aquifer/internal/adapters/inbound/a2a"
 	httpapi "github.com/aquiferhq/aquifer/internal/adapters/inbound/http"
 	mcpadapter "github.com/aquiferhq/aquifer/internal/adapters/inbound/mcp"
+	"github.com/aquiferhq/aquifer/internal/adapters/inbound/proxy"
 	"github.com/aquiferhq/aquifer/internal/adapters/outbound/egress"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/config"
@@ -74,6 +75,7 @@ type daemon struct {
 	store ports.JobStore
 	svc   *app.Service
 	api   *httpapi.Handler
+	proxy *proxy.Handler // nil unless http runs
 	srv   *http.Server // nil when no HTTP-based adapter runs
 	ln    net.Listener
 	mcp   *mcpadapter.Server // nil unless mcp-http or mcp-stdio runs
@@ -111,6 +113,10 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 		},
 		WindowJobs: cfg.LaneWindow,
 		L8:         l8cfg,
+		Proxy: app.ProxyConfig{DirectTimeout: cfg.ProxyDirectTimeout, BreakerMultiplier: cfg.ProxyBreakerMultiplier,
+			DefaultCooldown: cfg.ProxyBreakerCooldown, ORCAThreshold: cfg.ProxyORCAThreshold},
+		Drain: app.DrainConfig{Enabled: cfg.DrainEnabled, WebhookURL: cfg.DrainWebhookURL, Idle: cfg.DrainIdle,
+			PageSize: cfg.DrainPageSize},
 	})
 	if err != nil {
 		store.Close()
@@ -142,6 +148,8 @@ func (d *daemon) buildAdapters() error {
 	mux := http.NewServeMux()
 	if cfg.HasAdapter("http") {
 		mux.Handle("/", d.api)
+		d.proxy = proxy.New(d.svc, proxy.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+		mux.Handle("/proxy", d.proxy) // POST only; the handler answers 405 otherwise
 	} else {
 		mux.Handle("/health", d.api) // for probes, whatever else runs
 	}
@@ -167,6 +175,9 @@ func (d *daemon) buildAdapters() error {
 	// Long-lived responses (SSE, MCP streams and long-polls, A2A streams)
 	// end at shutdown instead of holding it up.
 	d.srv.RegisterOnShutdown(d.api.CloseStreams)
+	if d.proxy != nil {
+		d.srv.RegisterOnShutdown(d.proxy.CloseStreams)
+	}
 	if d.mcp != nil {
 		d.srv.RegisterOnShutdown(d.mcp.Close)
 	}

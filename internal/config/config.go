@@ -85,6 +85,16 @@ type Config struct {
 	// Adapters are the inbound adapters to run, each once, in the order
 	// given: http, a2a, mcp-http (share the HTTP listener) and mcp-stdio.
 	Adapters []string
+	// Proxy mode (POST /proxy).
+	ProxyDirectTimeout     time.Duration
+	ProxyBreakerMultiplier float64
+	ProxyBreakerCooldown   time.Duration
+	ProxyORCAThreshold     float64
+	// Drain mode.
+	DrainEnabled    bool
+	DrainIdle       time.Duration
+	DrainWebhookURL string
+	DrainPageSize   int
 	// A2APublicURL is the base URL the A2A agent card advertises ("" until
 	// set; see A2ABaseURL for the effective value).
 	A2APublicURL string
@@ -251,6 +261,57 @@ var Settings = []Setting{
 			}
 			return nil
 		}},
+	{Key: "proxy.direct_timeout", Env: "AQUIFER_PROXY_DIRECT_TIMEOUT", Default: "3s",
+		Doc:   "POST /proxy: how long the direct attempt may take to get response headers before the request falls back to the queue.",
+		apply: func(c *Config, v string) (err error) { c.ProxyDirectTimeout, err = parseDuration(v); return }},
+	{Key: "proxy.breaker_multiplier", Env: "AQUIFER_PROXY_BREAKER_MULTIPLIER", Default: "3",
+		Doc: "POST /proxy: after an overloaded answer with Retry-After, the destination stays in queue mode for at least Retry-After × this.",
+		apply: func(c *Config, v string) error {
+			f, err := parseFloat(v)
+			if err == nil && (f <= 0 || f > 1000) {
+				err = fmt.Errorf("%v must be in (0, 1000]", f)
+			}
+			c.ProxyBreakerMultiplier = f
+			return err
+		}},
+	{Key: "proxy.breaker_cooldown", Env: "AQUIFER_PROXY_BREAKER_COOLDOWN", Default: "5s",
+		Doc:   "POST /proxy: queue-mode time after an overloaded answer without Retry-After, or after X-Aqueduct-Queue-Active: true.",
+		apply: func(c *Config, v string) (err error) { c.ProxyBreakerCooldown, err = parseDuration(v); return }},
+	{Key: "proxy.orca_threshold", Env: "AQUIFER_PROXY_ORCA_THRESHOLD", Default: "0.7",
+		Doc: "POST /proxy: an ORCA utilization at or above this on a direct answer counts as overload.",
+		apply: func(c *Config, v string) error {
+			f, err := parseFloat(v)
+			if err == nil && (f <= 0 || f > 1) {
+				err = fmt.Errorf("%v must be in (0, 1]", f)
+			}
+			c.ProxyORCAThreshold = f
+			return err
+		}},
+	{Key: "drain.enabled", Env: "AQUIFER_DRAIN_ENABLED", Default: "false",
+		Doc:   "Drain mode: once the whole process is idle, flush the ledger to AQUIFER_DRAIN_WEBHOOK_URL and clear it. true/false (1/0, yes/no).",
+		apply: func(c *Config, v string) (err error) { c.DrainEnabled, err = parseBool(v); return }},
+	{Key: "drain.timer_seconds", Env: "AQUIFER_DRAIN_TIMER_SECONDS", Default: "45",
+		Doc: "Drain mode: seconds the process must be idle before the flush.",
+		apply: func(c *Config, v string) error {
+			n, err := parseInt(v, 1, 86400)
+			c.DrainIdle = time.Duration(n) * time.Second
+			return err
+		}},
+	{Key: "drain.webhook_url", Env: "AQUIFER_DRAIN_WEBHOOK_URL", Default: "",
+		Doc: "Drain mode: where the ledger goes (required when drain mode is on).",
+		apply: func(c *Config, v string) error {
+			if v != "" {
+				u, err := url.Parse(v)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("%q must be an absolute http or https URL", v)
+				}
+			}
+			c.DrainWebhookURL = v
+			return nil
+		}},
+	{Key: "drain.page_size", Env: "AQUIFER_DRAIN_PAGE_SIZE", Default: "1000",
+		Doc:   "Drain mode: ledger entries per webhook request.",
+		apply: func(c *Config, v string) (err error) { c.DrainPageSize, err = parseInt(v, 1, 100000); return }},
 	{Key: "a2a.public_url", Env: "AQUIFER_A2A_PUBLIC_URL", Default: "",
 		Doc: "Base URL A2A clients reach Aquifer at, advertised in the agent card (the JSON-RPC endpoint is this plus /a2a). Empty means http://localhost:$PORT.",
 		apply: func(c *Config, v string) error {
@@ -338,6 +399,12 @@ func Load(lookup LookupEnv) (*Config, error) {
 // settings that only make sense together.
 func (c *Config) finish(lookup LookupEnv) []error {
 	var errs []error
+	if c.DrainEnabled && c.DrainWebhookURL == "" {
+		errs = append(errs, errors.New("AQUIFER_DRAIN_ENABLED=true needs AQUIFER_DRAIN_WEBHOOK_URL: the ledger must go somewhere before anything is cleared"))
+	}
+	if c.DrainEnabled && c.StoreBackend == "postgres" {
+		errs = append(errs, errors.New("AQUIFER_DRAIN_ENABLED=true needs a store this process owns alone (sqlite or pebble); a shared Postgres store cannot be cleared by one instance"))
+	}
 	if c.StoreBackend == "postgres" && c.PostgresDSN == "" {
 		if url, ok := lookup("DATABASE_URL"); ok && url != "" {
 			c.PostgresDSN = url

@@ -66,3 +66,14 @@ func parseDuration(v string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// parseBool accepts true/false, 1/0 and yes/no, case-insensitively.
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "true", "1", "yes":
+		return true, nil
+	case "false", "0", "no":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not a boolean (true/false, 1/0, yes/no)", v)
+}
