@@ -226,10 +226,11 @@ func (s *Service) flushLedger(ctx context.Context, flushID string, stillIdle fun
 	cfg := s.cfg.Drain
 	now := s.cfg.Clock.Now()
 	flushedAt := now.UTC().Format(time.RFC3339)
-	var after, through int64
+	var after string
+	var through int64
 	sent := 0
 	for page := 1; ; page++ {
-		entries, err := ls.Ledger(ctx, &ports.LedgerParams{AfterSeq: after, Limit: cfg.PageSize + 1, Now: now})
+		entries, err := ls.Ledger(ctx, &ports.LedgerParams{After: after, Limit: cfg.PageSize + 1, Now: now})
 		if err != nil {
 			return sent, fmt.Errorf("read ledger: %w", err)
 		}
@@ -256,8 +257,10 @@ func (s *Service) flushLedger(ctx context.Context, flushID string, stillIdle fun
 			return sent, fmt.Errorf("page %d: %w", page, err)
 		}
 		sent += len(entries)
-		after = entries[len(entries)-1].Seq
-		through = after
+		after = entries[len(entries)-1].Cursor
+		for _, e := range entries {
+			through = max(through, e.Seq)
+		}
 		if last {
 			break
 		}

@@ -152,8 +152,8 @@ var Settings = []Setting{
 			c.StoreBackend, err = oneOf(v, "sqlite", "pebble", "postgres")
 			return
 		}},
-	{Key: "store.pebble_wal_sync_interval_ms", Env: "AQUIFER_PEBBLE_WAL_SYNC_INTERVAL_MS", Default: "5",
-		Doc: "Pebble only: the least time between WAL fsyncs in milliseconds; writes arriving meanwhile share the next fsync. 0 = none.",
+	{Key: "store.pebble_wal_sync_interval_ms", Env: "AQUIFER_PEBBLE_WAL_SYNC_INTERVAL_MS", Default: "0",
+		Doc: "Pebble only: the least time between WAL fsyncs in milliseconds. 0 (default): fsync each group commit at once; the store's single writer already groups concurrent writes, and a delay only slows it.",
 		apply: func(c *Config, v string) error {
 			n, err := parseInt(v, 0, 1000)
 			c.PebbleWALSyncInterval = time.Duration(n) * time.Millisecond

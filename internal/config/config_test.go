@@ -95,7 +95,7 @@ func TestLoadDefaults(t *testing.T) {
 				StoreBackend:           "sqlite",
 				SQLiteSync:             "full",
 				MaxBodyBytes:           1048576,
-				PebbleWALSyncInterval:  5 * time.Millisecond,
+				PebbleWALSyncInterval:  0,
 				InstanceID:             hostname(t) + ":8080",
 				DBMaxBytes:             838860800,
 				RetryAfter:             5 * time.Second,

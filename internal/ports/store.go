@@ -193,8 +193,10 @@ func (c Counts) Total() int64 { return c.Queued + c.InFlight + c.Deliveries }
 // that process's ledger. A store shared by several processes does not offer
 // it: clearing it would delete other processes' jobs.
 type LedgerStore interface {
-	// Ledger returns up to p.Limit unexpired jobs with Seq > p.AfterSeq, in
-	// Seq order.
+	// Ledger returns up to p.Limit unexpired jobs in a fixed order of the
+	// store's choosing, starting after the entry whose Cursor is p.After
+	// ("" = from the start). Paging through it visits every job that exists
+	// throughout the paging exactly once.
 	Ledger(ctx context.Context, p *LedgerParams) ([]LedgerEntry, error)
 
 	// DeleteFinished deletes up to limit jobs with Seq <= throughSeq that are
@@ -205,13 +207,14 @@ type LedgerStore interface {
 
 // LedgerParams are the arguments of LedgerStore.Ledger.
 type LedgerParams struct {
-	AfterSeq int64
-	Limit    int
-	Now      time.Time
+	After string // the Cursor of the previous page's last entry
+	Limit int
+	Now   time.Time
 }
 
 // LedgerEntry is one job as drain mode reports it.
 type LedgerEntry struct {
+	Cursor        string // opaque: where the next page starts
 	Seq           int64
 	ID            domain.JobID
 	UserID        string

@@ -6,7 +6,9 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -387,9 +389,16 @@ func (s *Store) Ledger(_ context.Context, p *ports.LedgerParams) ([]ports.Ledger
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	var after int64
+	if p.After != "" {
+		var err error
+		if after, err = strconv.ParseInt(p.After, 10, 64); err != nil {
+			return nil, fmt.Errorf("bad ledger cursor %q", p.After)
+		}
+	}
 	seqs := make([]int64, 0, len(s.bySeq))
 	for seq := range s.bySeq {
-		if seq > p.AfterSeq {
+		if seq > after {
 			seqs = append(seqs, seq)
 		}
 	}
@@ -403,7 +412,7 @@ func (s *Store) Ledger(_ context.Context, p *ports.LedgerParams) ([]ports.Ledger
 		if j.Expired(p.Now) {
 			continue
 		}
-		out = append(out, ports.LedgerEntry{Seq: j.Seq, ID: j.ID, UserID: j.UserID, IdempotentKey: j.IdempotentKey, Status: j.Status})
+		out = append(out, ports.LedgerEntry{Cursor: strconv.FormatInt(j.Seq, 10), Seq: j.Seq, ID: j.ID, UserID: j.UserID, IdempotentKey: j.IdempotentKey, Status: j.Status})
 	}
 	return out, nil
 }

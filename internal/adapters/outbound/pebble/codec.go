@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
@@ -110,8 +111,7 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// encodeJob appends the record of j (everything but Seq, which is the key) to
-// b. Fields with no valid encoding (an unknown status) are an error, so a
+// encodeJob appends the record of j to b. Fields with no valid encoding (an unknown status) are an error, so a
 // record that is written can always be read back.
 func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 	st := statusCode(j.Status)
@@ -145,10 +145,11 @@ func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 			return b, fmt.Errorf("encode job %s: unknown delivery status %q", j.ID, d.Status)
 		}
 	}
-	if j.ReadySeq < 0 || d.Attempts < 0 {
-		return b, fmt.Errorf("encode job %s: negative ready seq or delivery attempts", j.ID)
+	if j.Seq < 0 || j.ReadySeq < 0 || d.Attempts < 0 {
+		return b, fmt.Errorf("encode job %s: negative seq, ready seq or delivery attempts", j.ID)
 	}
 	b = append(b, recordVersion, flags, st, dl)
+	b = binary.AppendUvarint(b, uint64(j.Seq))
 	b = binary.AppendUvarint(b, uint64(j.ReadySeq))
 	b = binary.AppendVarint(b, int64(j.Attempts))
 	b = binary.AppendVarint(b, int64(j.Deferrals))
@@ -173,14 +174,14 @@ func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 	return append(b, r.Body...), nil
 }
 
-// reader decodes the fixed part of a record. The first error sticks.
-type reader struct {
+// decoder decodes the fixed part of a record. The first error sticks.
+type decoder struct {
 	b   []byte
 	off int
 	bad bool
 }
 
-func (r *reader) byte() byte {
+func (r *decoder) byte() byte {
 	if r.off >= len(r.b) {
 		r.bad = true
 		return 0
@@ -190,7 +191,7 @@ func (r *reader) byte() byte {
 	return c
 }
 
-func (r *reader) uvarint() uint64 {
+func (r *decoder) uvarint() uint64 {
 	v, n := binary.Uvarint(r.b[r.off:])
 	if n <= 0 {
 		r.bad = true
@@ -200,7 +201,7 @@ func (r *reader) uvarint() uint64 {
 	return v
 }
 
-func (r *reader) varint() int64 {
+func (r *decoder) varint() int64 {
 	v, n := binary.Varint(r.b[r.off:])
 	if n <= 0 {
 		r.bad = true
@@ -210,11 +211,20 @@ func (r *reader) varint() int64 {
 	return v
 }
 
+// count reads a uvarint that must fit an int64.
+func (r *decoder) count() int64 {
+	v := r.uvarint()
+	if v > math.MaxInt64 {
+		r.bad = true
+	}
+	return int64(v)
+}
+
 // str returns the next string as a substring of s, which holds the same
 // bytes as r.b up to where the bodies start.
-func (r *reader) str(s string) string {
+func (r *decoder) str(s string) string {
 	n := r.uvarint()
-	if r.bad || n > uint64(len(s)-r.off) {
+	if r.bad || r.off > len(s) || n > uint64(len(s)-r.off) {
 		r.bad = true
 		return ""
 	}
@@ -225,25 +235,26 @@ func (r *reader) str(s string) string {
 
 // decodeJob rebuilds a job from its record. It copies everything it keeps, so
 // val may be reused once it returns.
-func decodeJob(seq int64, val []byte) (*domain.Job, error) {
+func decodeJob(val []byte) (*domain.Job, error) {
 	if len(val) == 0 || val[0] != recordVersion {
 		if len(val) == 0 {
 			return nil, errCorrupt
 		}
 		return nil, fmt.Errorf("job record version %d: %w (this build reads version %d)", val[0], errCorrupt, recordVersion)
 	}
-	r := reader{b: val, off: 1}
+	r := decoder{b: val, off: 1}
 	flags, stc, dlc := r.byte(), r.byte(), r.byte()
-	j := &domain.Job{Seq: seq}
-	j.ReadySeq = int64(r.uvarint())
+	j := &domain.Job{}
+	j.Seq = r.count()
+	j.ReadySeq = r.count()
 	j.Attempts = int(r.varint())
 	j.Deferrals = int(r.varint())
 	created, updated, dispatched, expires := r.varint(), r.varint(), r.varint(), r.varint()
 	respStatus, dlResp := r.varint(), r.varint()
-	dlAttempts := r.uvarint()
+	dlAttempts := r.count()
 	bodyLen, resBodyLen := r.uvarint(), r.uvarint()
-	if r.bad || bodyLen+resBodyLen > uint64(len(val)-r.off) {
-		return nil, fmt.Errorf("job %d: %w", seq, errCorrupt)
+	if rest := uint64(len(val) - r.off); r.bad || bodyLen > rest || resBodyLen > rest-bodyLen {
+		return nil, errCorrupt
 	}
 	bodyStart := len(val) - int(bodyLen+resBodyLen)
 	s := string(val[:bodyStart]) // one copy for every string of the record
@@ -254,8 +265,8 @@ func decodeJob(seq int64, val []byte) (*domain.Job, error) {
 	lane, readyLane = r.str(s), r.str(s)
 	ctype, reason, dlReason = r.str(s), r.str(s), r.str(s)
 	nh := r.uvarint()
-	if r.bad || nh > uint64(bodyStart-r.off)/2 {
-		return nil, fmt.Errorf("job %d: %w", seq, errCorrupt)
+	if r.bad || r.off > bodyStart || nh > uint64(bodyStart-r.off)/2 {
+		return nil, errCorrupt
 	}
 	if flags&flagHeaders != 0 {
 		j.Headers = make(map[string]string, nh)
@@ -268,7 +279,7 @@ func decodeJob(seq int64, val []byte) (*domain.Job, error) {
 	}
 	status, okStatus := statusOf(stc)
 	if r.bad || r.off != bodyStart || !okStatus {
-		return nil, fmt.Errorf("job %d: %w", seq, errCorrupt)
+		return nil, errCorrupt
 	}
 	j.ID, j.Lane, j.ReadyLane, j.Status = domain.JobID(id), domain.LaneKey(lane), domain.LaneKey(readyLane), status
 	j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = fromMS(created), fromMS(updated), fromMS(dispatched), fromMS(expires)
@@ -286,7 +297,7 @@ func decodeJob(seq int64, val []byte) (*domain.Job, error) {
 	if flags&flagDelivery != 0 {
 		ds, ok := deliveryOf(dlc)
 		if !ok {
-			return nil, fmt.Errorf("job %d: %w", seq, errCorrupt)
+			return nil, errCorrupt
 		}
 		j.Delivery = &domain.Delivery{Status: ds, Attempts: int(dlAttempts), ResponseStatus: int(dlResp), Reason: dlReason}
 	}
@@ -306,19 +317,17 @@ func readyState(j *domain.Job) byte {
 
 // readyValue is the value of a ready-index entry.
 func readyValue(b []byte, j *domain.Job) []byte {
-	b = binary.BigEndian.AppendUint64(b, uint64(j.Seq))
 	b = append(b, readyState(j))
-	return binary.BigEndian.AppendUint64(b, uint64(ms(j.ExpiresAt)))
+	b = binary.BigEndian.AppendUint64(b, uint64(ms(j.ExpiresAt)))
+	return append(b, j.ID...)
 }
 
-const readyValueLen = 17
-
-// parseReady splits a ready-index value.
-func parseReady(v []byte) (seq int64, state byte, expiresMS int64, ok bool) {
-	if len(v) != readyValueLen {
-		return 0, 0, 0, false
+// parseReady splits a ready-index value. id aliases v.
+func parseReady(v []byte) (state byte, expiresMS int64, id []byte, ok bool) {
+	if len(v) < 9 {
+		return 0, 0, nil, false
 	}
-	return int64(binary.BigEndian.Uint64(v)), v[8], int64(binary.BigEndian.Uint64(v[9:])), true
+	return v[0], int64(binary.BigEndian.Uint64(v[1:])), v[9:], true
 }
 
 // liveAt reports whether an expiry (Unix ms, 0 for none) lies after nowMS.

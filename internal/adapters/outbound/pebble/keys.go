@@ -9,7 +9,6 @@ import (
 // Key prefixes; see the package documentation for the layout.
 var (
 	prefixJob    = []byte("j/")
-	prefixID     = []byte("i/")
 	prefixKey    = []byte("k/")
 	prefixReady  = []byte("r/")
 	prefixExpiry = []byte("e/")
@@ -18,13 +17,11 @@ var (
 )
 
 // layoutVersion is the value of m/format: the key layout this build writes.
-const layoutVersion = 1
+// Version 1 was a development snapshot (records keyed by seq, plus an i/
+// index); such a store is refused, not misread.
+const layoutVersion = 2
 
-func jobKey(b []byte, seq int64) []byte {
-	return binary.BigEndian.AppendUint64(append(b, prefixJob...), uint64(seq))
-}
-
-func idKey(b []byte, id domain.JobID) []byte { return append(append(b, prefixID...), id...) }
+func jobKey(b []byte, id domain.JobID) []byte { return append(append(b, prefixJob...), id...) }
 
 func idemKey(b []byte, user, key string) []byte {
 	b = binary.AppendUvarint(append(b, prefixKey...), uint64(len(user)))
@@ -56,16 +53,16 @@ func parseReadyKey(k []byte) (lane []byte, readySeq int64, ok bool) {
 
 // expiryKey is the e/ key of a job expiring at expiresMS (never 0: jobs
 // without expiry have no entry).
-func expiryKey(b []byte, expiresMS, seq int64) []byte {
+func expiryKey(b []byte, expiresMS int64, id domain.JobID) []byte {
 	b = binary.BigEndian.AppendUint64(append(b, prefixExpiry...), uint64(expiresMS)^(1<<63))
-	return binary.BigEndian.AppendUint64(b, uint64(seq))
+	return append(b, id...)
 }
 
-func parseExpiryKey(k []byte) (expiresMS, seq int64, ok bool) {
-	if len(k) != len(prefixExpiry)+16 {
-		return 0, 0, false
+func parseExpiryKey(k []byte) (expiresMS int64, id domain.JobID, ok bool) {
+	if len(k) < len(prefixExpiry)+8 {
+		return 0, "", false
 	}
-	return int64(binary.BigEndian.Uint64(k[2:]) ^ (1 << 63)), int64(binary.BigEndian.Uint64(k[10:])), true
+	return int64(binary.BigEndian.Uint64(k[2:]) ^ (1 << 63)), domain.JobID(k[10:]), true
 }
 
 func seqValue(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(seq)) }

@@ -1,7 +1,6 @@
 package pebble
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -25,6 +24,7 @@ const (
 	opRecover
 	opResetStale
 	opPurge
+	opDeleteFinished
 )
 
 // op is one write waiting for the writer. done is nil for fire-and-forget ops.
@@ -32,10 +32,10 @@ type op struct {
 	kind     opKind
 	job      *domain.Job
 	id       domain.JobID
-	seq      int64 // the job's seq, when the caller knows it
 	at       time.Time
-	seqs     []int64  // ResetStale candidates
-	keys     [][]byte // Purge: expiry-index keys found due
+	ids      []domain.JobID // ResetStale candidates
+	keys     [][]byte       // Purge: expiry-index keys found due
+	seq      int64          // DeleteFinished: the highest Seq to delete
 	requeue  *ports.RequeueParams
 	finish   *ports.FinishParams
 	delivery *ports.FinishDeliveryParams
@@ -82,6 +82,7 @@ func (s *Store) writer() {
 		batch = s.gather(append(batch[:0], first))
 		s.commit(batch)
 		clear(batch) // let the ops' jobs and channels go
+		batch = batch[:0]
 	}
 }
 
@@ -105,23 +106,21 @@ func (s *Store) gather(batch []*op) []*op {
 	return batch
 }
 
-// commit applies batch to one indexed batch and commits it with a WAL sync.
-// An op's own outcome (not found, a record it cannot read) goes to its caller
-// alone; a failed commit fails every op: no caller is told a write succeeded
-// unless the commit did.
+// commit applies batch to one indexed batch and commits it with a WAL sync,
+// then answers the callers. An op's own outcome (not found, a record it
+// cannot read) goes to its caller alone; a failed commit fails every op: no
+// caller is told a write succeeded unless the commit did.
 func (s *Store) commit(batch []*op) {
 	results := make([]opResult, len(batch))
-	superseded := supersededMarks(batch)
-	seqBefore := s.seq
-	err := s.broken
+	err := s.failure()
 	if err == nil {
-		err = s.applyAndCommit(batch, results, superseded)
+		seqBefore := s.seq
+		if err = s.apply(batch, results); err != nil {
+			s.seq = seqBefore // nothing of the group exists
+		}
 	}
 	if err != nil {
-		s.seq = seqBefore // nothing of the batch exists
-		if err != s.broken || len(batch) > 0 {
-			s.log.Error("pebble batch failed", zap.Int("ops", len(batch)), zap.Error(err))
-		}
+		s.log.Error("pebble batch failed", zap.Int("ops", len(batch)), zap.Error(err))
 		err = domain.Unavailable("job store write failed", err)
 	} else {
 		s.commits.Add(1)
@@ -139,49 +138,60 @@ func (s *Store) commit(batch []*op) {
 	}
 }
 
-func (s *Store) applyAndCommit(batch []*op, results []opResult, superseded map[int]bool) (err error) {
+// failure returns the error that broke the store, if any.
+func (s *Store) failure() error {
+	if f := s.failed.Load(); f != nil {
+		return *f
+	}
+	return nil
+}
+
+// fail records that a commit failed: Pebble's commit pipeline (and WAL)
+// cannot take more writes after that, so neither can the store.
+func (s *Store) fail(err error) { s.failed.CompareAndSwap(nil, &err) }
+
+// apply runs the ops in one indexed batch and commits it with pebble.Sync.
+func (s *Store) apply(batch []*op, results []opResult) (err error) {
 	b := s.db.NewIndexedBatch()
 	committing := false
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("pebble: %v", r)
 			if committing {
-				// Pebble's commit pipeline cannot be trusted after this.
-				s.broken = err
+				s.fail(err) // the commit pipeline cannot be trusted after this, nor the batch
 				return
 			}
 		}
 		_ = b.Close()
 	}()
+	superseded := supersededMarks(batch)
+	seqBefore := s.seq
 	w := &wbatch{b: b, s: s}
 	for i, o := range batch {
 		if superseded[i] {
 			continue
 		}
-		results[i] = s.apply(w, o)
+		results[i] = s.applyOne(w, o)
 		if w.err != nil {
 			return w.err
 		}
 	}
-	if s.seq != seqOf(results, s.seq) {
-		return errors.New("unreachable")
-	}
 	if b.Empty() {
-		return nil // only reads and not-founds: nothing to make durable
+		return nil // only duplicates and not-founds: nothing to make durable
 	}
-	w.set(keySeq, seqValue(s.seq))
-	if w.err != nil {
-		return w.err
+	if s.seq != seqBefore {
+		w.set(keySeq, seqValue(s.seq))
+		if w.err != nil {
+			return w.err
+		}
 	}
 	committing = true
 	if err := b.Commit(pebble.Sync); err != nil {
-		s.broken = err
+		s.fail(err)
 		return err
 	}
 	return nil
 }
-
-func seqOf(_ []opResult, seq int64) int64 { return seq }
 
 // supersededMarks finds MarkInFlight ops whose job is finished later in the
 // same batch: the in-flight state would never be visible, so writing it is
@@ -228,35 +238,26 @@ func (w *wbatch) del(k []byte) {
 	}
 }
 
-// find reads the job, by seq when the caller knows it (checking the id), else
-// by id; nil if there is none.
-func find(g getter, id domain.JobID, seq int64) (*domain.Job, error) {
-	if seq > 0 {
-		j, err := loadJob(g, seq)
-		if err != nil || (j != nil && j.ID == id) {
-			return j, err
-		}
+// fail fails the group: for errors after an op has begun writing.
+func (w *wbatch) fail(err error) {
+	if w.err == nil {
+		w.err = err
 	}
-	seq, err := getSeq(g, idKey(nil, id))
-	if err != nil || seq == 0 {
-		return nil, err
-	}
-	return loadJob(g, seq)
 }
+
+// load reads the job's record as the group sees it; nil if there is none.
+func (w *wbatch) load(id domain.JobID) (*domain.Job, error) { return loadJob(w.b, id) }
 
 // put writes j's record, encoded as rec, and every index entry that differs
 // from old's (old is nil for a new job). Callers encode first, so an encoding
 // error leaves the batch untouched.
 func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 	s := w.s
-	s.kbuf = jobKey(s.kbuf[:0], j.Seq)
+	s.kbuf = jobKey(s.kbuf[:0], j.ID)
 	w.set(s.kbuf, rec)
-	seqv := seqValue(j.Seq)
 	if old == nil {
-		s.kbuf = idKey(s.kbuf[:0], j.ID)
-		w.set(s.kbuf, seqv)
 		s.kbuf = idemKey(s.kbuf[:0], j.UserID, j.IdempotentKey)
-		w.set(s.kbuf, seqv)
+		w.set(s.kbuf, []byte(j.ID))
 	}
 	var oldExp int64
 	oldReady := old != nil && old.ReadyLane != ""
@@ -275,11 +276,11 @@ func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 		w.set(s.kbuf, s.rbuf)
 	}
 	if old != nil && oldExp != 0 && oldExp != newExp {
-		s.kbuf = expiryKey(s.kbuf[:0], oldExp, j.Seq)
+		s.kbuf = expiryKey(s.kbuf[:0], oldExp, j.ID)
 		w.del(s.kbuf)
 	}
 	if newExp != 0 && (old == nil || oldExp != newExp) {
-		s.kbuf = expiryKey(s.kbuf[:0], newExp, j.Seq)
+		s.kbuf = expiryKey(s.kbuf[:0], newExp, j.ID)
 		w.set(s.kbuf, nil)
 	}
 }
@@ -294,40 +295,34 @@ func (w *wbatch) update(old, upd *domain.Job) error {
 	return nil
 }
 
-// remove deletes j's record and index entries. The id and key entries are
-// deleted only if they name j.
-func (w *wbatch) remove(j *domain.Job) error {
-	ik, kk := idKey(nil, j.ID), idemKey(nil, j.UserID, j.IdempotentKey)
-	byID, err := getSeq(w.b, ik)
+// remove deletes j's record and index entries. The key entry is deleted
+// only if it names j. It may follow other writes of the same op, so a failed
+// read fails the group.
+func (w *wbatch) remove(j *domain.Job) {
+	kk := idemKey(nil, j.UserID, j.IdempotentKey)
+	holder, err := get(w.b, kk)
 	if err != nil {
-		return err
+		w.fail(err)
+		return
 	}
-	byKey, err := getSeq(w.b, kk)
-	if err != nil {
-		return err
-	}
-	w.del(jobKey(w.s.kbuf[:0], j.Seq))
-	if byID == j.Seq {
-		w.del(ik)
-	}
-	if byKey == j.Seq {
+	w.del(jobKey(w.s.kbuf[:0], j.ID))
+	if string(holder) == string(j.ID) {
 		w.del(kk)
 	}
 	if j.ReadyLane != "" {
 		w.del(readyKey(w.s.kbuf[:0], j.ReadyLane, j.ReadySeq))
 	}
 	if exp := ms(j.ExpiresAt); exp != 0 {
-		w.del(expiryKey(w.s.kbuf[:0], exp, j.Seq))
+		w.del(expiryKey(w.s.kbuf[:0], exp, j.ID))
 	}
-	return nil
 }
 
-// apply runs one op against the group's batch. Outcomes that belong to the
-// caller (not found, a failed read) are returned in the result and leave the
-// batch untouched; a failed write is left in w.err and fails the group.
-func (s *Store) apply(w *wbatch, o *op) opResult {
+// applyOne runs one op against the group's batch. Outcomes that belong to
+// the caller (not found, a failed read) are returned in the result and leave
+// the batch untouched; a failed write is left in w.err and fails the group.
+func (s *Store) applyOne(w *wbatch, o *op) opResult {
 	r, err := s.applyOp(w, o)
-	if err != nil && r.err == nil {
+	if err != nil {
 		s.log.Error("pebble store operation failed", zap.Int("op", int(o.kind)), zap.Error(err))
 		r = opResult{err: domain.Unavailable("job store write failed", err)}
 	}
@@ -337,18 +332,18 @@ func (s *Store) apply(w *wbatch, o *op) opResult {
 var notFound = opResult{err: domain.ErrNotFound}
 
 func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
-	b := w.b
 	switch o.kind {
 	case opInsert:
 		return s.insert(w, o.job)
 	case opDelete:
-		j, err := find(b, o.id, 0)
+		j, err := w.load(o.id)
 		if err != nil || j == nil {
 			return notFound, err
 		}
-		return opResult{}, w.remove(j)
+		w.remove(j)
+		return opResult{}, nil
 	case opMarkInFlight:
-		j, err := find(b, o.id, o.seq)
+		j, err := w.load(o.id)
 		if err != nil || j == nil || j.Status.Terminal() {
 			return opResult{}, err
 		}
@@ -357,7 +352,7 @@ func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
 		return opResult{}, w.update(j, &upd)
 	case opRequeue:
 		p := o.requeue
-		j, err := find(b, o.id, o.seq)
+		j, err := w.load(o.id)
 		if err != nil || j == nil || j.Phase() != p.Phase {
 			return notFound, err
 		}
@@ -378,7 +373,7 @@ func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
 		return s.finish(w, o.finish)
 	case opFinishDelivery:
 		p := o.delivery
-		j, err := find(b, o.id, o.seq)
+		j, err := w.load(o.id)
 		if err != nil || j == nil || j.Phase() != domain.PhaseDeliver {
 			return notFound, err
 		}
@@ -393,9 +388,23 @@ func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
 	case opRecover:
 		return s.recoverInFlight(w, o.at)
 	case opResetStale:
-		return s.resetStale(w, o.seqs, o.stale)
+		return s.resetStale(w, o.ids, o.stale)
 	case opPurge:
 		return s.purge(w, o.keys, o.at)
+	case opDeleteFinished:
+		var n int64
+		for _, id := range o.ids {
+			j, err := w.load(id)
+			if err != nil {
+				return opResult{}, err
+			}
+			// Re-check: only what is still finished with nothing left to do.
+			if j != nil && j.Seq <= o.seq && j.Status.Terminal() && j.ReadyLane == "" {
+				w.remove(j)
+				n++
+			}
+		}
+		return opResult{n: n}, nil
 	}
 	return opResult{}, fmt.Errorf("unknown op %d", o.kind)
 }
@@ -403,13 +412,14 @@ func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
 // insert is the atomic insert-if-absent. A live job holding the key is
 // returned as it is; an expired one is deleted and the key taken.
 func (s *Store) insert(w *wbatch, j *domain.Job) (opResult, error) {
-	seq, err := getSeq(w.b, idemKey(s.kbuf[:0], j.UserID, j.IdempotentKey))
+	s.kbuf = idemKey(s.kbuf[:0], j.UserID, j.IdempotentKey)
+	holder, err := get(w.b, s.kbuf)
 	if err != nil {
 		return opResult{}, err
 	}
 	var expired *domain.Job
-	if seq != 0 {
-		existing, err := loadJob(w.b, seq)
+	if holder != nil {
+		existing, err := w.load(domain.JobID(holder))
 		if err != nil {
 			return opResult{}, err
 		}
@@ -418,23 +428,15 @@ func (s *Store) insert(w *wbatch, j *domain.Job) (opResult, error) {
 		}
 		expired = existing
 	}
-	if other, err := getSeq(w.b, idKey(s.kbuf[:0], j.ID)); err != nil || other != 0 {
-		if err == nil && (expired == nil || other != expired.Seq) {
-			err = fmt.Errorf("insert job %s: the id is taken by job %d", j.ID, other)
-		}
-		if err != nil {
-			return opResult{}, err
-		}
-	}
+	// Job ids are not checked for collisions: domain.IDGenerator makes them
+	// unique (time-ordered, strictly increasing, 80 random bits).
 	stored := *j // shallow: the caller does not mutate a job after handing it over
 	stored.Seq, stored.ReadySeq = s.seq+1, s.seq+1
 	if s.vbuf, err = encodeJob(s.vbuf[:0], &stored); err != nil {
 		return opResult{}, err
 	}
 	if expired != nil {
-		if err := w.remove(expired); err != nil {
-			return opResult{}, err
-		}
+		w.remove(expired)
 	}
 	s.seq++
 	w.put(nil, &stored, s.vbuf)
@@ -445,7 +447,7 @@ func (s *Store) insert(w *wbatch, j *domain.Job) (opResult, error) {
 // delivery due in p.DeliverIn with a fresh ReadySeq. A job that is already
 // terminal is left alone: no second delivery.
 func (s *Store) finish(w *wbatch, p *ports.FinishParams) (opResult, error) {
-	j, err := find(w.b, p.ID, p.Seq)
+	j, err := w.load(p.ID)
 	if err != nil || j == nil {
 		return notFound, err
 	}
@@ -473,31 +475,15 @@ func (s *Store) finish(w *wbatch, p *ports.FinishParams) (opResult, error) {
 	return opResult{n: upd.ReadySeq}, nil
 }
 
-// inFlightSeqs returns the seqs of the jobs the ready index (as the group sees
-// it) records as in flight.
-func inFlightSeqs(b *pebble.Batch) ([]int64, error) {
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
-	if err != nil {
-		return nil, err
-	}
-	var seqs []int64
-	for ok := it.First(); ok; ok = it.Next() {
-		if seq, state, _, ok := parseReady(it.Value()); ok && state == stInFlight {
-			seqs = append(seqs, seq)
-		}
-	}
-	return seqs, errors.Join(it.Error(), it.Close())
-}
-
 func (s *Store) recoverInFlight(w *wbatch, now time.Time) (opResult, error) {
-	seqs, err := inFlightSeqs(w.b)
+	ids, err := inFlight(w.b)
 	if err != nil {
 		return opResult{}, err
 	}
 	// Read every record before writing any, so a failed read changes nothing.
 	var jobs []*domain.Job
-	for _, seq := range seqs {
-		j, err := loadJob(w.b, seq)
+	for _, id := range ids {
+		j, err := w.load(id)
 		if err != nil {
 			return opResult{}, err
 		}
@@ -509,16 +495,16 @@ func (s *Store) recoverInFlight(w *wbatch, now time.Time) (opResult, error) {
 		upd := *j
 		upd.Status, upd.UpdatedAt = domain.StatusQueued, now
 		if err := w.update(j, &upd); err != nil {
-			return opResult{}, err // an encoding error: not reachable for a record that decoded
+			w.fail(err) // not reachable: the record decoded, so it encodes
 		}
 	}
 	return opResult{n: int64(len(jobs))}, nil
 }
 
-func (s *Store) resetStale(w *wbatch, seqs []int64, p *ports.ResetStaleParams) (opResult, error) {
+func (s *Store) resetStale(w *wbatch, ids []domain.JobID, p *ports.ResetStaleParams) (opResult, error) {
 	var jobs []*domain.Job
-	for _, seq := range seqs {
-		j, err := loadJob(w.b, seq)
+	for _, id := range ids {
+		j, err := w.load(id)
 		if err != nil {
 			return opResult{}, err
 		}
@@ -531,7 +517,7 @@ func (s *Store) resetStale(w *wbatch, seqs []int64, p *ports.ResetStaleParams) (
 		upd := *j
 		upd.Status, upd.UpdatedAt, upd.ExpiresAt = domain.StatusQueued, p.Now, p.Now.Add(domain.QueuedTTL)
 		if err := w.update(j, &upd); err != nil {
-			return opResult{}, err
+			w.fail(err) // not reachable: the record decoded, so it encodes
 		}
 		reset = append(reset, &upd)
 	}
@@ -547,17 +533,19 @@ func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (opResult, error)
 		job *domain.Job // nil: the entry is stale
 	}
 	var todo []due
+	taken := make(map[domain.JobID]bool, len(keys))
 	for _, k := range keys {
-		exp, seq, ok := parseExpiryKey(k)
+		exp, id, ok := parseExpiryKey(k)
 		if !ok {
 			continue
 		}
-		j, err := loadJob(w.b, seq)
+		j, err := w.load(id)
 		if err != nil {
 			return opResult{}, err
 		}
 		switch {
-		case j != nil && j.Expired(now):
+		case j != nil && j.Expired(now) && !taken[id]:
+			taken[id] = true
 			todo = append(todo, due{k, j})
 		case j == nil || ms(j.ExpiresAt) != exp:
 			todo = append(todo, due{k, nil})
@@ -569,12 +557,7 @@ func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (opResult, error)
 			w.del(d.key)
 			continue
 		}
-		if _, err := loadJob(w.b, d.job.Seq); err != nil {
-			return opResult{}, err
-		}
-		if err := w.remove(d.job); err != nil {
-			return opResult{}, err
-		}
+		w.remove(d.job)
 		w.del(d.key) // the job's own entry, or a stale one
 		n++
 	}

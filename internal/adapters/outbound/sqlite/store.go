@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -380,8 +381,12 @@ var _ ports.LedgerStore = (*Store)(nil)
 
 // Ledger implements ports.LedgerStore.
 func (s *Store) Ledger(ctx context.Context, p *ports.LedgerParams) ([]ports.LedgerEntry, error) {
+	after, err := seqCursor(p.After)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT seq, id, user_id, idempotent_key, status FROM jobs
-		WHERE seq > ? AND (expires_at = 0 OR expires_at > ?) ORDER BY seq LIMIT ?`, p.AfterSeq, ms(p.Now), p.Limit)
+		WHERE seq > ? AND (expires_at = 0 OR expires_at > ?) ORDER BY seq LIMIT ?`, after, ms(p.Now), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("read ledger: %w", err)
 	}
@@ -393,13 +398,25 @@ func (s *Store) Ledger(ctx context.Context, p *ports.LedgerParams) ([]ports.Ledg
 		if err := rows.Scan(&e.Seq, &id, &e.UserID, &e.IdempotentKey, &status); err != nil {
 			return nil, fmt.Errorf("read ledger: %w", err)
 		}
-		e.ID, e.Status = domain.JobID(id), domain.Status(status)
+		e.ID, e.Status, e.Cursor = domain.JobID(id), domain.Status(status), strconv.FormatInt(e.Seq, 10)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read ledger: %w", err)
 	}
 	return out, nil
+}
+
+// seqCursor reads a ledger cursor (a seq).
+func seqCursor(c string) (int64, error) {
+	if c == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(c, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad ledger cursor %q", c)
+	}
+	return n, nil
 }
 
 // DeleteFinished implements ports.LedgerStore. Candidates are found on a

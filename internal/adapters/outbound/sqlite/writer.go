@@ -139,6 +139,7 @@ func (s *Store) writer() {
 					batch = append(batch, o)
 					if len(batch) == s.opts.MaxBatch {
 						s.commit(batch)
+						clear(batch)
 						batch = batch[:0]
 					}
 				default:
@@ -151,6 +152,10 @@ func (s *Store) writer() {
 		}
 		batch = s.gather(append(batch[:0], first))
 		s.commit(batch)
+		// Forget the committed ops: the closing branch appends to batch, and
+		// must not commit them (and answer their callers) a second time.
+		clear(batch)
+		batch = batch[:0]
 	}
 }
 

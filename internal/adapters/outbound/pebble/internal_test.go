@@ -1,0 +1,337 @@
+package pebble
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// fullJob has every optional field set.
+func fullJob() *domain.Job {
+	at := time.UnixMilli(1_750_000_000_123)
+	return &domain.Job{
+		ID: "0190a1b2c3d4e5f60718293a4b5c6d7e", Seq: 42, UserID: "user:with:colons", IdempotentKey: "key\x00with\xffbytes",
+		URL: "https://api.example.test/v1/x?q=1", PoolID: "readers", Method: "PATCH",
+		Headers: map[string]string{"Content-Type": "application/json", "X-Empty": "", "": "empty name"},
+		Body:    []byte{0, 1, 2, 0xff, 0xfe}, WebhookURL: "https://hooks.example.test/h",
+		Lane: "api.example.test:443|tenant\x00x", Status: domain.StatusCompleted, Attempts: 7, Deferrals: 3,
+		CreatedAt: at, UpdatedAt: at.Add(time.Second), DispatchedAt: at.Add(500 * time.Millisecond), ExpiresAt: at.Add(domain.QueuedTTL),
+		Result: &domain.Result{ResponseStatus: 502, Body: []byte{0xc3, 0x28, 0}, BodyTruncated: true,
+			ContentType: "application/octet-stream", Reason: "upstream returned 502"},
+		ReadyLane: "hooks.example.test:443", ReadySeq: 99,
+		Delivery: &domain.Delivery{Status: domain.DeliveryPending, Attempts: 2, ResponseStatus: 503, Reason: "receiver returned 503"},
+	}
+}
+
+func roundTrip(t *testing.T, j *domain.Job) *domain.Job {
+	t.Helper()
+	rec, err := encodeJob(nil, j)
+	if err != nil {
+		t.Fatalf("encode: %v", err)
+	}
+	if rec[0] != recordVersion {
+		t.Fatalf("record starts with %d, want version %d", rec[0], recordVersion)
+	}
+	got, err := decodeJob(rec)
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	return got
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	cases := map[string]func(j *domain.Job){
+		"everything set": func(*domain.Job) {},
+		"nil headers":    func(j *domain.Job) { j.Headers = nil },
+		"empty headers":  func(j *domain.Job) { j.Headers = map[string]string{} },
+		"nil body":       func(j *domain.Job) { j.Body = nil },
+		"empty body":     func(j *domain.Job) { j.Body = []byte{} },
+		"no result, no delivery, queued": func(j *domain.Job) {
+			j.Status, j.Result, j.Delivery, j.ReadyLane = domain.StatusQueued, nil, nil, j.Lane
+		},
+		"in flight":           func(j *domain.Job) { j.Status, j.Result, j.Delivery = domain.StatusInFlight, nil, nil },
+		"result without body": func(j *domain.Job) { j.Result.Body = nil; j.Result.BodyTruncated = false },
+		"result empty body":   func(j *domain.Job) { j.Result.Body = []byte{} },
+		"empty result":        func(j *domain.Job) { j.Result = &domain.Result{} },
+		"failed, delivered": func(j *domain.Job) {
+			j.Status, j.Delivery.Status, j.ReadyLane = domain.StatusFailed, domain.DeliveryDelivered, ""
+		},
+		"delivery failed": func(j *domain.Job) { j.Delivery.Status = domain.DeliveryFailed },
+		"zero times": func(j *domain.Job) {
+			j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		},
+		"before 1970":       func(j *domain.Job) { j.CreatedAt = time.UnixMilli(-86_400_000_123) },
+		"negative counters": func(j *domain.Job) { j.Attempts, j.Deferrals, j.Result.ResponseStatus = -1, -2, -3 },
+		"empty strings": func(j *domain.Job) {
+			j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, j.WebhookURL, j.Lane, j.ReadyLane = "", "", "", "", "", "", "", ""
+		},
+		"large body": func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xab}, 1<<20) },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			j := fullJob()
+			mutate(j)
+			got := roundTrip(t, j)
+			if !reflect.DeepEqual(got, j) {
+				t.Fatalf("round trip changed the job:\n got %+v\nwant %+v", got, j)
+			}
+			if (got.Headers == nil) != (j.Headers == nil) || (got.Body == nil) != (j.Body == nil) {
+				t.Fatalf("nil-ness lost: headers %v/%v body %v/%v", got.Headers == nil, j.Headers == nil, got.Body == nil, j.Body == nil)
+			}
+		})
+	}
+}
+
+// TestCodecTruncatesToMilliseconds: times are stored at the sqlite store's
+// precision.
+func TestCodecTruncatesToMilliseconds(t *testing.T) {
+	j := fullJob()
+	j.CreatedAt = time.Unix(1_750_000_000, 123_456_789)
+	if got := roundTrip(t, j); !got.CreatedAt.Equal(time.UnixMilli(1_750_000_000_123)) {
+		t.Fatalf("CreatedAt = %v", got.CreatedAt)
+	}
+}
+
+func TestCodecDoesNotAliasItsInput(t *testing.T) {
+	rec, err := encodeJob(nil, fullJob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeJob(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rec {
+		rec[i] = 0xee
+	}
+	if !reflect.DeepEqual(got, fullJob()) {
+		t.Fatal("the decoded job changed with the buffer it was decoded from")
+	}
+}
+
+func TestCodecRejectsWhatItCannotEncode(t *testing.T) {
+	j := fullJob()
+	j.Status = "weird"
+	if _, err := encodeJob(nil, j); err == nil {
+		t.Fatal("unknown status encoded")
+	}
+	j = fullJob()
+	j.Delivery.Status = "weird"
+	if _, err := encodeJob(nil, j); err == nil {
+		t.Fatal("unknown delivery status encoded")
+	}
+}
+
+// TestCodecRejectsCorruptRecords: every truncation and many random byte
+// changes of a record either decode or fail cleanly, never panic; an unknown
+// version fails.
+func TestCodecRejectsCorruptRecords(t *testing.T) {
+	rec, err := encodeJob(nil, fullJob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range len(rec) {
+		if _, err := decodeJob(rec[:n]); err == nil {
+			t.Fatalf("a record truncated to %d of %d bytes decoded", n, len(rec))
+		}
+	}
+	bad := append([]byte(nil), rec...)
+	bad[0] = recordVersion + 1
+	if _, err := decodeJob(bad); err == nil {
+		t.Fatal("a record of an unknown version decoded")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		bad := append([]byte(nil), rec...)
+		for range 1 + r.IntN(3) {
+			bad[r.IntN(len(bad))] = byte(r.IntN(256))
+		}
+		_, _ = decodeJob(bad) // must not panic
+	}
+}
+
+func TestKeys(t *testing.T) {
+	if bytes.Equal(idemKey(nil, "a:b", "c"), idemKey(nil, "a", "b:c")) {
+		t.Fatal(`("a:b","c") and ("a","b:c") share a key`)
+	}
+	if bytes.Equal(idemKey(nil, "a\x01", ""), idemKey(nil, "a", "\x01")) {
+		t.Fatal("user/key boundary is ambiguous")
+	}
+	for _, lane := range []domain.LaneKey{"", "a", "a\x00b", "h.test:80|t", domain.LaneKey(bytes.Repeat([]byte{0xff}, 300))} {
+		for _, seq := range []int64{0, 1, 1 << 40, 1<<63 - 1} {
+			l, s, ok := parseReadyKey(readyKey(nil, lane, seq))
+			if !ok || string(l) != string(lane) || s != seq {
+				t.Fatalf("parseReadyKey(readyKey(%q, %d)) = %q, %d, %v", lane, seq, l, s, ok)
+			}
+		}
+	}
+	// A lane's keys never fall inside another lane's range.
+	lanes := []domain.LaneKey{"a", "a\x00", "a\x00b", "ab", "b"}
+	for _, x := range lanes {
+		lo, hi := lanePrefix(nil, x), prefixEnd(lanePrefix(nil, x))
+		for _, y := range lanes {
+			k := readyKey(nil, y, 7)
+			if in := bytes.Compare(k, lo) >= 0 && bytes.Compare(k, hi) < 0; in != (x == y) {
+				t.Fatalf("key of lane %q in range of lane %q: %v", y, x, in)
+			}
+		}
+	}
+	// Expiry keys sort by time, negative times first.
+	times := []int64{-5000, -1, 1, 1000, 1 << 50}
+	var keys [][]byte
+	for i := len(times) - 1; i >= 0; i-- {
+		keys = append(keys, expiryKey(nil, times[i], "id"))
+	}
+	sort.Slice(keys, func(a, b int) bool { return bytes.Compare(keys[a], keys[b]) < 0 })
+	for i, k := range keys {
+		ms, id, ok := parseExpiryKey(k)
+		if !ok || ms != times[i] || id != "id" {
+			t.Fatalf("expiry key %d = %d %q %v, want %d", i, ms, id, ok, times[i])
+		}
+	}
+	if got := prefixEnd([]byte{'a', 0xff, 0xff}); !bytes.Equal(got, []byte{'b'}) {
+		t.Fatalf("prefixEnd = %q", got)
+	}
+	if got := prefixEnd([]byte{0xff}); got != nil {
+		t.Fatalf("prefixEnd(ff) = %q, want nil", got)
+	}
+}
+
+// TestOneGroupSeesItsOwnWrites applies ops as one group: the second insert of
+// a key finds the first, and a MarkInFlight followed by a Finish of the same
+// job is skipped.
+func TestOneGroupSeesItsOwnWrites(t *testing.T) {
+	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	mk := func() *domain.Job {
+		return domain.NewJob(domain.NewIDGenerator(nil).New(), &domain.JobRequest{UserID: "u", IdempotentKey: "k",
+			URL: "http://a.test/x", Method: "GET"}, "a.test:80", now)
+	}
+	a, b := mk(), mk()
+	ops := []*op{
+		{kind: opInsert, job: a},
+		{kind: opInsert, job: b},
+		{kind: opMarkInFlight, id: a.ID, at: now},
+		{kind: opFinish, id: a.ID, finish: &ports.FinishParams{ID: a.ID, Status: domain.StatusCompleted, Attempts: 1, Now: now}},
+	}
+	results := make([]opResult, len(ops))
+	// The writer is idle: nothing was submitted, so this goroutine may act
+	// as the writer.
+	if err := s.apply(ops, results); err != nil {
+		t.Fatal(err)
+	}
+	if !results[0].fresh || results[1].fresh || results[1].job.ID != a.ID {
+		t.Fatalf("inserts in one group: first fresh=%v, second fresh=%v id %s (want %s)",
+			results[0].fresh, results[1].fresh, results[1].job.ID, a.ID)
+	}
+	got, err := s.Get(t.Context(), a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != domain.StatusCompleted || !got.DispatchedAt.IsZero() {
+		t.Fatalf("job = %s dispatched %v; want completed and the superseded mark skipped", got.Status, got.DispatchedAt)
+	}
+	if c, _ := s.Counts(t.Context()); c.Total() != 0 {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+func FuzzDecodeJob(f *testing.F) {
+	for _, j := range []*domain.Job{fullJob(), {ID: "x", Status: domain.StatusQueued}} {
+		rec, err := encodeJob(nil, j)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(rec)
+	}
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		j, err := decodeJob(rec)
+		if err != nil {
+			return
+		}
+		// Whatever decodes encodes back to a record that decodes the same.
+		again, err := encodeJob(nil, j)
+		if err != nil {
+			t.Fatalf("decoded job does not encode: %v", err)
+		}
+		j2, err := decodeJob(again)
+		if err != nil || !reflect.DeepEqual(j, j2) {
+			t.Fatalf("re-encoded record decodes to %+v, %v; want %+v", j2, err, j)
+		}
+	})
+}
+
+// TestCorruptRecordFailsItsOpsOnly: a record that cannot be read makes the
+// ops on that job fail as unavailable (not "not found"), and nothing else.
+func TestCorruptRecordFailsItsOpsOnly(t *testing.T) {
+	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	ids := domain.NewIDGenerator(nil)
+	mk := func(key string) *domain.Job {
+		return domain.NewJob(ids.New(), &domain.JobRequest{UserID: "u", IdempotentKey: key, URL: "http://a.test/x", Method: "GET"},
+			"a.test:80", time.Now())
+	}
+	bad, _, err := s.Insert(ctx, mk("bad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Set(jobKey(nil, bad.ID), []byte{recordVersion, 0xff}, nil); err != nil {
+		t.Fatal(err)
+	}
+	unavailable := func(what string, err error) {
+		t.Helper()
+		if err == nil || errors.Is(err, domain.ErrNotFound) || domain.CodeOf(err) != domain.CodeUnavailable {
+			t.Fatalf("%s of a corrupt record = %v, want an unavailable error", what, err)
+		}
+	}
+	_, err = s.Get(ctx, bad.ID)
+	unavailable("Get", err)
+	_, err = s.Lookup(ctx, "u", "bad")
+	unavailable("Lookup", err)
+	_, err = s.Finish(ctx, &ports.FinishParams{ID: bad.ID, Status: domain.StatusCompleted, Now: time.Now()})
+	unavailable("Finish", err)
+	_, _, err = s.Insert(ctx, mk("bad"))
+	unavailable("Insert of its key", err)
+	if _, fresh, err := s.Insert(ctx, mk("good")); err != nil || !fresh {
+		t.Fatalf("Insert of another job: fresh=%v err=%v", fresh, err)
+	}
+}
+
+// TestFailedCommitStopsWrites: once a commit failed, every later write fails
+// as unavailable (Pebble cannot take more), while reads go on.
+func TestFailedCommitStopsWrites(t *testing.T) {
+	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	j := domain.NewJob(domain.NewIDGenerator(nil).New(), &domain.JobRequest{UserID: "u", IdempotentKey: "k",
+		URL: "http://a.test/x", Method: "GET"}, "a.test:80", time.Now())
+	if _, _, err := s.Insert(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	s.fail(errors.New("injected WAL failure"))
+	_, err = s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Now: time.Now()})
+	if domain.CodeOf(err) != domain.CodeUnavailable {
+		t.Fatalf("Finish after a failed commit = %v, want unavailable", err)
+	}
+	if got, err := s.Get(ctx, j.ID); err != nil || got.Status != domain.StatusQueued {
+		t.Fatalf("Get after a failed commit = %+v, %v", got, err)
+	}
+}
