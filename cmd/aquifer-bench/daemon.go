@@ -57,7 +57,11 @@ func startDaemon(ctx context.Context, o options, rates []upstreamRate) (*daemon,
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, o.aquiferd)
+	bin, err := filepath.Abs(o.aquiferd) // the daemon runs in its own directory
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin)
 	cmd.Dir = dir
 	var schema string
 	storeEnv := []string{"AQUIFER_DATA_DIR=" + filepath.Join(dir, "data")}
