@@ -55,6 +55,19 @@ func (b *Broker) Publish(ev domain.Event) {
 	for _, s := range b.sinks {
 		s.Publish(ev)
 	}
+	b.deliver(ev)
+}
+
+// HasSubscribers reports whether anyone follows job id.
+func (b *Broker) HasSubscribers(id domain.JobID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.subs[id]) > 0
+}
+
+// deliver hands ev to its subscribers only (an event another process
+// published: its sinks counted it there).
+func (b *Broker) deliver(ev domain.Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs[ev.JobID] {

@@ -85,6 +85,10 @@ type Config struct {
 	// Proxy tunes edge-proxy mode (Service.Proxy).
 	Proxy ProxyConfig
 
+	// Cluster tunes lane leases when the store is shared by several
+	// processes (it implements ports.Cluster).
+	Cluster ClusterConfig
+
 	// Drain turns on drain mode: flush the ledger to a webhook once the
 	// process is idle, then clear it.
 	Drain DrainConfig
@@ -118,6 +122,7 @@ func (p RetryPolicy) Delay(n int) time.Duration {
 func (c Config) WithDefaults() Config {
 	c.Proxy = c.Proxy.withDefaults()
 	c.Drain = c.Drain.withDefaults()
+	c.Cluster = c.Cluster.withDefaults()
 	if c.Clock == nil {
 		c.Clock = ports.SystemClock{}
 	}

@@ -16,12 +16,13 @@ import (
 // them, and collects idle ones. Lanes learn about new work only through
 // notify; they read the work itself from the store.
 type dispatcher struct {
-	cfg    Config
-	log    *zap.Logger
-	broker *Broker
-	load   *loadGauge
-	pools  *pools
-	trust  *trustManager // nil when deliveries are not signed
+	cfg     Config
+	log     *zap.Logger
+	broker  *Broker
+	load    *loadGauge
+	pools   *pools
+	trust   *trustManager // nil when deliveries are not signed
+	cluster *clusterState // nil unless the store is shared by several processes
 
 	mu       sync.RWMutex // guards lanes, started, stopping
 	lanes    map[domain.UpstreamKey]*lane
@@ -57,8 +58,9 @@ type execInfo struct {
 	seq  int64
 }
 
-func newDispatcher(cfg Config, broker *Broker) *dispatcher {
+func newDispatcher(cfg Config, broker *Broker, cluster *clusterState) *dispatcher {
 	d := &dispatcher{
+		cluster:   cluster,
 		cfg:       cfg,
 		log:       cfg.Logger.Named("dispatch"),
 		broker:    broker,
@@ -79,6 +81,9 @@ func newDispatcher(cfg Config, broker *Broker) *dispatcher {
 // work for key it has not read, creating the lane if needed. rewind makes it
 // re-read from the start, for work put back behind its cursor.
 func (d *dispatcher) notify(key domain.LaneKey, rewind bool) {
+	if !d.holds(key.Upstream()) {
+		return // another process dispatches it (or will, when it takes the lease)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
@@ -87,10 +92,43 @@ func (d *dispatcher) notify(key domain.LaneKey, rewind bool) {
 	d.laneLocked(key.Upstream()).signal(key, rewind, math.MaxInt64)
 }
 
+// notifyFrom tells key's lane to read its queue again from after floor
+// (work another process committed there).
+func (d *dispatcher) notifyFrom(key domain.LaneKey, floor int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopping {
+		return
+	}
+	d.laneLocked(key.Upstream()).signal(key, false, floor)
+}
+
+// hasLane reports whether u has a lane in this process.
+func (d *dispatcher) hasLane(u domain.UpstreamKey) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.lanes[u] != nil
+}
+
+// running is how many attempts u's lane has running.
+func (d *dispatcher) running(u domain.UpstreamKey) int {
+	d.mu.RLock()
+	l := d.lanes[u]
+	d.mu.RUnlock()
+	if l == nil {
+		return 0
+	}
+	return l.stats().InFlight
+}
+
 // offer hands just-committed work to its lane. If the lane's buffer is full
 // the lane reads it from the store instead.
 func (d *dispatcher) offer(j *domain.Job) {
 	u := j.ReadyLane.Upstream()
+	if !d.holds(u) {
+		d.workElsewhere(j)
+		return
+	}
 	d.mu.RLock()
 	l := d.lanes[u]
 	if l != nil && !d.stopping {
@@ -125,6 +163,10 @@ func (d *dispatcher) offer(j *domain.Job) {
 // attempt that did not work out) available to it again: the lane re-reads
 // its queue from the job on.
 func (d *dispatcher) requeueHeld(j *domain.Job) {
+	if !d.holds(j.ReadyLane.Upstream()) {
+		d.workElsewhere(j)
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
@@ -158,6 +200,9 @@ func (d *dispatcher) anyBusy() bool {
 // attempt) to upstream's lane, so its pacing signals count. It never blocks:
 // under a flood of them some are dropped, which only delays adaptation.
 func (d *dispatcher) observe(key domain.LaneKey, status int, sig pacing.Signals) {
+	if !d.holds(key.Upstream()) {
+		return // the holder paces it
+	}
 	d.mu.Lock()
 	if d.stopping {
 		d.mu.Unlock()
@@ -305,13 +350,16 @@ func (d *dispatcher) laneStats() []LaneStats {
 }
 
 // beginDispatch marks j's dispatch attempt as running, unless j was
-// cancelled; then it reports false and j must not run. Together with
+// cancelled or is running already; then it reports false and j must not run. Together with
 // claimCancel, under one lock, it makes "cancelled" and "dispatched" exclusive.
 func (d *dispatcher) beginDispatch(j *domain.Job) bool {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	if _, ok := d.canceled[j.ID]; ok {
 		return false
+	}
+	if _, ok := d.executing[j.ID]; ok {
+		return false // running already: held by a proxy attempt, or this is a second copy
 	}
 	d.executing[j.ID] = execInfo{lane: j.ReadyLane, seq: j.ReadySeq}
 	return true

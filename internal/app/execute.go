@@ -123,7 +123,7 @@ func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string, target st
 	}()
 	stopMark := d.markInFlightLater(j, d.cfg.Clock.Now())
 	if n == 1 && j.Deferrals == 0 {
-		d.broker.Publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: n})
+		d.publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: n})
 	}
 	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) { return buildRequest(ctx, j, target) })
 	stopMark()
@@ -404,7 +404,7 @@ func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status dom
 	if status == domain.StatusFailed {
 		ev = domain.EventFailed
 	}
-	d.broker.Publish(domain.Event{Type: ev, JobID: j.ID, Attempt: attempts, Result: res})
+	d.publish(domain.Event{Type: ev, JobID: j.ID, Attempt: attempts, Result: res})
 	if readySeq > 0 {
 		// Hand the delivery to the receiver's lane. A copy: the lane that ran
 		// the dispatch still identifies j by its old ReadySeq.

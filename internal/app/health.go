@@ -27,6 +27,9 @@ type Health struct {
 	Proxy map[string]ProxyHealth `json:"proxy,omitempty"`
 	// Drain is drain mode's state (only when enabled).
 	Drain *DrainHealth `json:"drain,omitempty"`
+	// Cluster lists this instance, its lanes and the other live instances
+	// (only with a store shared by several processes).
+	Cluster *ClusterHealth `json:"cluster,omitempty"`
 }
 
 // StoreHealth reports whether the store answers, and how fast.
@@ -87,6 +90,9 @@ func (s *Service) Health(ctx context.Context) *Health {
 	h.Proxy = s.proxyHealth()
 	if s.drain != nil {
 		h.Drain = s.drain.health()
+	}
+	if s.d.cluster != nil {
+		h.Cluster = s.clusterHealth()
 	}
 	if id := s.cfg.L8.Identity; id != nil {
 		h.L8Protocol, h.L8PublicKey, h.StandardWebhooksKey = l8.ProtocolVersion, id.PublicKeyBase64(), id.StandardWebhooksKey()

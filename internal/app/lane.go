@@ -47,6 +47,7 @@ type lane struct {
 	fetches chan *fetchResult
 	drops   chan domain.JobID // cancelled jobs to forget
 	seen    chan observation  // responses obtained outside the lane (proxy direct attempts)
+	ctl     chan func()       // run on the lane's goroutine (lease changes)
 	quit    chan struct{}
 	fetchWG sync.WaitGroup
 
@@ -64,12 +65,15 @@ type lane struct {
 	rateText []string      // the current rate as a header value; owned by run
 
 	// Owned by run.
-	pace      *pacing.Pace
-	limiter   *pacing.Limiter
-	gate      *pacing.Gate
-	queues    map[domain.LaneKey]*queue
-	order     []*queue // round-robin order
-	next      int      // index in order where the next pick starts
+	pace    *pacing.Pace
+	limiter *pacing.Limiter
+	gate    *pacing.Gate
+	queues  map[domain.LaneKey]*queue
+	order   []*queue // round-robin order
+	// active: this process dispatches the lane. Always true for a store one
+	// process owns; with a shared store, only while it holds the lane's lease.
+	active    bool
+	next      int // index in order where the next pick starts
 	idleSince time.Time
 
 	mu       sync.Mutex // guards snapshot
@@ -95,6 +99,8 @@ func newLane(d *dispatcher, u domain.UpstreamKey) *lane {
 		fetches:  make(chan *fetchResult, 4),
 		drops:    make(chan domain.JobID, 16),
 		seen:     make(chan observation, 16),
+		ctl:      make(chan func(), 4),
+		active:   d.cluster == nil,
 		quit:     make(chan struct{}),
 		signals:  make(map[domain.LaneKey]laneSignal),
 		pace:     pace,
@@ -173,13 +179,16 @@ func (l *lane) run(ctx context.Context) {
 	var consumed int64 // offers and signals taken in since hasWork was last set
 	for {
 		now := clock.Now()
-		for _, q := range l.order {
-			q.promoteDue(now)
-			if q.stale && !q.fetching && len(q.window) <= l.d.cfg.WindowJobs/2 && !now.Before(q.fetchAt) {
-				l.fetch(ctx, q, now)
+		var wait time.Duration
+		if l.active {
+			for _, q := range l.order {
+				q.promoteDue(now)
+				if q.stale && !q.fetching && len(q.window) <= l.d.cfg.WindowJobs/2 && !now.Before(q.fetchAt) {
+					l.fetch(ctx, q, now)
+				}
 			}
+			wait = l.dispatchReady(now)
 		}
-		wait := l.dispatchReady(now)
 		l.collectIdleQueues(now)
 		l.publishStats(now)
 		// Publish hasWork before releasing what was taken in, so busy never
@@ -218,13 +227,17 @@ func (l *lane) run(ctx context.Context) {
 			consumed += l.applySignals()
 		case j := <-l.offers:
 			consumed++
-			l.queue(j.ReadyLane).accept(j, l.d.cfg.WindowJobs)
+			if l.active {
+				l.queue(j.ReadyLane).accept(j, l.d.cfg.WindowJobs)
+			}
 		case o := <-l.done:
 			l.complete(o, clock.Now())
 		case f := <-l.fetches:
 			l.fetched(f, clock.Now())
 		case id := <-l.drops:
 			l.drop(id)
+		case fn := <-l.ctl:
+			fn()
 		case o := <-l.seen:
 			l.observeResponse(l.queue(o.queue), o.status, o.signals, clock.Now())
 			if o.status == http.StatusTooManyRequests && o.signals.RetryAfter > 0 {
@@ -296,6 +309,9 @@ func (l *lane) fetch(ctx context.Context, q *queue, now time.Time) {
 func (l *lane) fetched(f *fetchResult, now time.Time) {
 	q := l.queue(f.queue)
 	q.fetching = false
+	if !l.active {
+		return // read before the lease was lost: another process owns this work now
+	}
 	if f.err != nil {
 		if l.d.runCtx.Err() == nil {
 			l.log.Warn("reading queued jobs failed; retrying", zap.String("lane", string(q.key)), zap.Error(f.err))
@@ -310,9 +326,13 @@ func (l *lane) fetched(f *fetchResult, now time.Time) {
 		if _, dup := q.inMem[j.ReadySeq]; dup || l.d.isCanceled(j) {
 			continue
 		}
+		if _, done := q.doneInFetch[j.ReadySeq]; done {
+			continue
+		}
 		q.inMem[j.ReadySeq] = struct{}{}
 		q.window = append(q.window, j)
 	}
+	clear(q.doneInFetch)
 	q.stale = len(f.jobs) == f.limit
 	if q.refetch {
 		// Work the queue could not take arrived while the read ran.
@@ -324,6 +344,11 @@ func (l *lane) fetched(f *fetchResult, now time.Time) {
 // queues in turn. It returns how long until the limiter allows the next start
 // (0 if not waiting on the limiter).
 func (l *lane) dispatchReady(now time.Time) time.Duration {
+	if l.d.cluster != nil && !l.d.cluster.fresh(now) {
+		// The lease may be running out (renewals are late): start nothing
+		// another process could be about to start too.
+		return l.d.cluster.cfg.SyncInterval / 2
+	}
 	poolID := l.upstream.PoolID()
 	if poolID != "" && !l.followPool(poolID) {
 		return 0 // no members: the jobs wait; a registration wakes the lane
@@ -351,8 +376,9 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		}
 		j := q.pop()
 		if j.Phase() == domain.PhaseDispatch && !l.d.beginDispatch(j) {
-			// Cancelled since it was picked.
-			delete(q.inMem, j.ReadySeq)
+			// Cancelled since it was picked, or running already (held by
+			// a proxy attempt, or a second copy of a running job).
+			q.forget(j.ReadySeq)
 			if member != "" {
 				l.d.pools.unpick(poolID, member)
 			}
@@ -391,7 +417,7 @@ func (l *lane) pick(now time.Time) *queue {
 	for i := range n {
 		q := l.order[(l.next+i)%n]
 		for len(q.window) > 0 && (q.window[0].Expired(now) || l.d.isCanceled(q.window[0])) {
-			delete(q.inMem, q.pop().ReadySeq)
+			q.forget(q.pop().ReadySeq)
 		}
 		if len(q.window) > 0 && !now.Before(q.pausedUntil) {
 			l.next = (l.next + i + 1) % n
@@ -418,7 +444,7 @@ func (l *lane) complete(o *outcome, now time.Time) {
 			q.avoid[o.job.ReadySeq] = o.member
 			heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
 		default:
-			delete(q.inMem, o.job.ReadySeq)
+			q.forget(o.job.ReadySeq)
 			delete(q.avoid, o.job.ReadySeq)
 		}
 		return
@@ -433,7 +459,7 @@ func (l *lane) complete(o *outcome, now time.Time) {
 	case outcomeRetry:
 		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
 	default:
-		delete(q.inMem, o.job.ReadySeq)
+		q.forget(o.job.ReadySeq)
 	}
 }
 
@@ -474,6 +500,40 @@ func (l *lane) observeResponse(q *queue, status int, sig pacing.Signals, now tim
 	}
 	if status == http.StatusServiceUnavailable && sig.RetryAfter > 0 {
 		l.limiter.Delay(now.Add(sig.RetryAfter))
+	}
+}
+
+// activate starts dispatching (this process took the lane's lease): the
+// pace continues from st when the previous holder saved one, and every
+// queue is read again from the start.
+func (l *lane) activate(st ports.LaneState) {
+	if st.Saved && st.RPS > 0 && st.MaxConcurrent > 0 {
+		l.pace.Restore(st.RPS, st.MaxConcurrent)
+		l.limiter.SetRate(l.pace.RPS())
+		l.gate.SetLimit(l.pace.MaxConcurrent())
+		l.setRate(l.pace.RPS())
+	}
+	l.active = true
+	for _, q := range l.order {
+		q.markStale(0)
+	}
+}
+
+// deactivate stops dispatching (the lease is lost or being given up):
+// buffered work is forgotten — it stays in the store for the next holder —
+// and running attempts finish normally.
+func (l *lane) deactivate() {
+	l.active = false
+	for _, q := range l.order {
+		for _, j := range q.window {
+			delete(q.inMem, j.ReadySeq)
+		}
+		for _, dl := range q.delayed {
+			delete(q.inMem, dl.job.ReadySeq)
+		}
+		q.window, q.delayed = nil, nil
+		clear(q.avoid)
+		q.cursor, q.fetched, q.stale = 0, 0, true
 	}
 }
 
@@ -551,16 +611,20 @@ func (l *lane) publishStats(now time.Time) {
 // an offer at or below fetched was already read, and an offer the queue
 // cannot take lowers cursor so the next read finds it.
 type queue struct {
-	key          domain.LaneKey
-	window       []*domain.Job      // ready work, FIFO
-	delayed      delayHeap          // work waiting out a retry backoff or a deferral
-	inMem        map[int64]struct{} // ReadySeq of work in the window, delayed or running
-	avoid        map[int64]string   // pool work: the member its last attempt failed on
-	cursor       int64
-	fetched      int64
-	stale        bool // the store may hold ready work not read yet
-	fetching     bool // a read is running; what arrives meanwhile is noted in refetch
-	refetch      bool
+	key      domain.LaneKey
+	window   []*domain.Job      // ready work, FIFO
+	delayed  delayHeap          // work waiting out a retry backoff or a deferral
+	inMem    map[int64]struct{} // ReadySeq of work in the window, delayed or running
+	avoid    map[int64]string   // pool work: the member its last attempt failed on
+	cursor   int64
+	fetched  int64
+	stale    bool // the store may hold ready work not read yet
+	fetching bool // a read is running; what arrives meanwhile is noted in refetch
+	refetch  bool
+	// doneInFetch holds work that finished while a read was running: the
+	// read may have seen it before its end was committed, and must not
+	// bring it back.
+	doneInFetch  map[int64]struct{}
 	pendingFloor int64
 	fetchAt      time.Time
 	pausedUntil  time.Time // the destination asked this queue to wait
@@ -597,6 +661,18 @@ func (q *queue) markStale(floor int64) {
 	}
 	q.stale = true
 	q.cursor = min(q.cursor, floor)
+}
+
+// forget drops finished work from the queue's memory. A read running now
+// may have seen it still waiting; it is kept from coming back.
+func (q *queue) forget(readySeq int64) {
+	delete(q.inMem, readySeq)
+	if q.fetching {
+		if q.doneInFetch == nil {
+			q.doneInFetch = make(map[int64]struct{})
+		}
+		q.doneInFetch[readySeq] = struct{}{}
+	}
 }
 
 func (q *queue) pop() *domain.Job {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,15 @@ func (s *Service) startBackground() *background {
 	b.every(ctx, s.d, s.cfg.PositionInterval, s.publishPositions)
 	b.every(ctx, s.d, s.cfg.OrphanCheck, s.adoptOrphans)
 	b.every(ctx, s.d, s.cfg.PoolSweep, s.sweepPools)
+	if s.d.cluster != nil {
+		b.run(func() { s.leaseLoop(ctx) })
+		b.run(func() {
+			if err := s.d.cluster.c.Listen(ctx, func(m ports.ClusterMessage) { s.onClusterMessage(ctx, m) }); err != nil && ctx.Err() == nil {
+				s.log.Error("listening to other processes stopped", zap.Error(err))
+			}
+		})
+		b.run(func() { s.poolSyncLoop(ctx) })
+	}
 	if s.drain != nil {
 		b.every(ctx, s.d, s.cfg.Drain.Tick, func(ctx context.Context) { s.drain.tick(ctx, s.cfg.Clock.Now()) })
 	}
@@ -54,6 +64,15 @@ func (b *background) every(ctx context.Context, d *dispatcher, interval time.Dur
 			}
 			fn(ctx)
 		}
+	}()
+}
+
+// run runs fn on its own goroutine until the background stops.
+func (b *background) run(fn func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		fn()
 	}()
 }
 
@@ -135,8 +154,14 @@ func (s *Service) adoptOrphans(ctx context.Context) {
 
 // sweepPools evicts pool members that stopped heartbeating or sat at the
 // reputation floor too long.
-func (s *Service) sweepPools(context.Context) {
-	for _, m := range s.pools.sweep() {
+func (s *Service) sweepPools(ctx context.Context) {
+	for _, m := range s.pools.sweep(s.d.holds) {
 		s.log.Warn("pool member evicted", zap.String("member", m))
+		if s.d.cluster != nil {
+			pool, member, _ := strings.Cut(m, "/")
+			if _, err := s.d.cluster.c.DeleteMember(ctx, pool, member); err != nil {
+				s.log.Warn("removing an evicted pool member from the shared store failed", zap.Error(err))
+			}
+		}
 	}
 }

@@ -43,6 +43,9 @@ type pools struct {
 	mu        sync.Mutex
 	byID      map[string]*pool
 	probation map[string]probation // "pool/member" → its probation after a failure eviction
+	// evictedAt remembers evictions (of any kind) until a shared store has
+	// forgotten the member too: "pool/member" → when.
+	evictedAt map[string]time.Time
 }
 
 // probation is how a member evicted for failing is let back in: with a
@@ -80,7 +83,7 @@ type member struct {
 }
 
 func newPools(now func() time.Time, onChange func(string)) *pools {
-	return &pools{now: now, onChange: onChange, byID: map[string]*pool{}, probation: map[string]probation{}}
+	return &pools{now: now, onChange: onChange, byID: map[string]*pool{}, probation: map[string]probation{}, evictedAt: map[string]time.Time{}}
 }
 
 func (m *member) maxConcurrent() int { return m.pace.MaxConcurrent() }
@@ -317,6 +320,7 @@ func later(a, b time.Time) time.Time {
 
 func (p *pools) evictLocked(pl *pool, m *member, failing bool) {
 	pl.remove(m)
+	p.evictedAt[pl.id+"/"+m.id] = p.now()
 	if failing {
 		key := pl.id + "/" + m.id
 		rep := probationRep
@@ -331,12 +335,17 @@ func (p *pools) evictLocked(pl *pool, m *member, failing bool) {
 // that have sat at the reputation floor for floorEvictAfter without a single
 // success (the original needed yet another failure to notice, so an idle
 // broken member lingered forever). It returns the evictions.
-func (p *pools) sweep() []string {
+// With a shared store, only pools whose lane this process holds are swept
+// (holds); the others' state is the holder's.
+func (p *pools) sweep(holds func(domain.UpstreamKey) bool) []string {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var evicted []string
 	for _, pl := range p.byID {
+		if !holds(domain.PoolUpstream(pl.id)) {
+			continue
+		}
 		for _, m := range pl.members {
 			switch {
 			case now.Sub(m.lastSeen) > heartbeatMisses*m.interval:
@@ -355,6 +364,11 @@ func (p *pools) sweep() []string {
 	for k, pr := range p.probation {
 		if now.After(pr.until) {
 			delete(p.probation, k)
+		}
+	}
+	for k, at := range p.evictedAt {
+		if now.Sub(at) > probationFor {
+			delete(p.evictedAt, k)
 		}
 	}
 	return evicted

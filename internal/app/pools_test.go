@@ -141,13 +141,13 @@ func TestFloorEvictionNeedsSustainedFailureWithoutSuccess(t *testing.T) {
 	p.record("p", "bad", memberOutcome{failed: true})
 	p.record("p", "bad", memberOutcome{failed: true})
 	clock.add(11 * time.Second)
-	if p.sweep(); len(p.snapshot()["p"].Members) != 2 {
+	if p.sweep(holdAll); len(p.snapshot()["p"].Members) != 2 {
 		t.Fatal("the success did not reset the floor timer")
 	}
 	clock.add(2 * time.Second)
 	// 13 s at the floor with no success: the sweep evicts it even though it
 	// receives no traffic (the original needed one more failure to notice).
-	evicted := p.sweep()
+	evicted := p.sweep(holdAll)
 	if len(evicted) != 1 || evicted[0] != "p/bad" || len(p.snapshot()["p"].Members) != 1 {
 		t.Fatalf("sweep evicted %v; members %v", evicted, p.snapshot()["p"].Members)
 	}
@@ -184,7 +184,7 @@ func TestProbationTightensForARepeatOffender(t *testing.T) {
 		}
 		clock.add(13 * time.Second)
 		p.register(reg("good", 10))
-		if ev := p.sweep(); len(ev) != 1 {
+		if ev := p.sweep(holdAll); len(ev) != 1 {
 			t.Fatalf("sweep evicted %v, want p/bad", ev)
 		}
 	}
@@ -237,11 +237,11 @@ func TestHeartbeatEviction(t *testing.T) {
 	p.register(reg("alive", 10))
 	clock.add(25 * time.Second)
 	p.register(reg("alive", 10))
-	if ev := p.sweep(); len(ev) != 0 {
+	if ev := p.sweep(holdAll); len(ev) != 0 {
 		t.Fatalf("evicted %v after 2.5 intervals", ev)
 	}
 	clock.add(6 * time.Second) // quiet: 31 s > 3 × 10 s
-	if ev := p.sweep(); len(ev) != 1 || ev[0] != "p/quiet" {
+	if ev := p.sweep(holdAll); len(ev) != 1 || ev[0] != "p/quiet" {
 		t.Fatalf("sweep evicted %v, want p/quiet", ev)
 	}
 	// Re-registering after a heartbeat eviction is a fresh member at 1.0.
@@ -331,3 +331,5 @@ func TestRegisterWakesThePoolAndLeaveRemoves(t *testing.T) {
 		t.Fatal("picked from an empty pool")
 	}
 }
+
+func holdAll(domain.UpstreamKey) bool { return true }

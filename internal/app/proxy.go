@@ -13,6 +13,7 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/pacing"
+	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
 // ProxyConfig tunes edge-proxy mode (POST /proxy).
@@ -249,7 +250,8 @@ func (s *Service) Proxy(ctx context.Context, req *domain.JobRequest) (*ProxyResu
 	switch {
 	case job.PoolID != "":
 		reason = FallbackPoolRouted
-	case s.proxy.breakerOpen(upstream, now) || s.d.busy(upstream):
+	case s.proxy.breakerOpen(upstream, now) || s.d.busy(upstream) || s.d.heldElsewhere(upstream) != "":
+		// Another process holding the lane means it has a backlog there.
 		reason = FallbackDegraded
 	}
 	if reason != "" {
@@ -261,6 +263,11 @@ func (s *Service) Proxy(ctx context.Context, req *domain.JobRequest) (*ProxyResu
 	// runs after restart).
 	if !s.d.beginDispatch(job) {
 		return nil, &domain.Error{Code: domain.CodeConflict, Message: "job id already in use"}
+	}
+	if s.d.cluster != nil {
+		// Other processes read the store, not this one's memory: record the
+		// job as in flight so no lane holder picks it up meanwhile.
+		job.Status, job.DispatchedAt = domain.StatusInFlight, now
 	}
 	stored, fresh, err := s.store(ctx, job)
 	if err != nil || !fresh {
@@ -371,6 +378,10 @@ func (s *Service) proxyDirect(ctx context.Context, job *domain.Job) (*ProxyResul
 				// not be recorded.
 				s.log.Error("recording a proxied result failed; the job will run again from the queue",
 					zap.String("job_id", string(job.ID)), zap.Error(err))
+				if job.Status == domain.StatusInFlight {
+					_ = s.cfg.Store.Requeue(context.WithoutCancel(ctx), &ports.RequeueParams{ID: job.ID, Seq: job.Seq,
+						Phase: domain.PhaseDispatch, Now: s.cfg.Clock.Now()})
+				}
 				s.d.endDispatch(job.ID)
 				s.d.requeueHeld(job)
 			}
@@ -382,6 +393,15 @@ func (s *Service) proxyDirect(ctx context.Context, job *domain.Job) (*ProxyResul
 // an ordinary queued job, and follows it.
 func (s *Service) proxyRelease(ctx context.Context, job *domain.Job, reason string, upstreamStatus int) (*ProxyResult, error) {
 	sub := s.broker.Subscribe(job.ID)
+	if job.Status == domain.StatusInFlight {
+		if err := s.cfg.Store.Requeue(context.WithoutCancel(ctx), &ports.RequeueParams{ID: job.ID, Seq: job.Seq,
+			Phase: domain.PhaseDispatch, Now: s.cfg.Clock.Now()}); err != nil {
+			// It stays in flight in the store; the lane holder's recovery or
+			// the stale sweep puts it back.
+			s.log.Warn("returning a proxied job to its queue failed", zap.String("job_id", string(job.ID)), zap.Error(err))
+		}
+		job.Status = domain.StatusQueued
+	}
 	s.d.endDispatch(job.ID)
 	s.d.requeueHeld(job)
 	s.recordFallback(job, reason)

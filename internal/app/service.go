@@ -10,6 +10,7 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/l8"
+	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
 // Service is Aquifer's application core. Inbound adapters call its methods;
@@ -26,6 +27,8 @@ type Service struct {
 	nonces *l8.Nonces // challenge nonces answered recently
 	proxy  proxyModes
 	drain  *drainer // nil unless drain mode is on
+	// poolKick asks for a pool membership sync now (shared stores).
+	poolKick chan struct{}
 
 	// modes holds each upstream's account-queue mode (true: one queue per
 	// tenant). It lives as long as the process, not the lane.
@@ -50,7 +53,17 @@ func New(cfg Config) (*Service, error) {
 		broker: NewBroker(cfg.SubscriberBuffer),
 		nonces: l8.NewNonces(maxChallengeNonces),
 	}
-	s.d = newDispatcher(cfg, s.broker)
+	var cs *clusterState
+	if c, ok := cfg.Store.(ports.Cluster); ok {
+		cs = newClusterState(c, cfg.Cluster, s.log)
+		// Other processes read the store, not this one's memory: an attempt
+		// is recorded as in flight when it starts, so a process taking the
+		// lane over does not send it again while it runs.
+		cfg.PersistInFlightAfter = -1
+		s.cfg = cfg
+	}
+	s.poolKick = make(chan struct{}, 1)
+	s.d = newDispatcher(cfg, s.broker, cs)
 	s.load = newLoadGauge(cfg.Store, s.d, s.log)
 	s.d.load = s.load
 	s.adm = newAdmission(cfg.Admission, cfg.Store, cfg.Clock)
@@ -86,9 +99,13 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("list lanes with waiting work: %w", err)
 	}
 	for _, l := range lanes {
-		s.d.notify(l, false)
+		s.d.notify(l, false) // with a shared store: only lanes this process holds (none yet)
 	}
 	s.log.Info("recovered queued work", zap.Int("in_flight_requeued", n), zap.Int("lanes", len(lanes)))
+	if s.d.cluster != nil {
+		s.syncPools(ctx)
+		s.syncLeases(ctx) // take a fair share of the lanes before dispatching starts
+	}
 	s.load.refresh(ctx, true)
 	s.d.start()
 	s.background = s.startBackground()
@@ -112,7 +129,11 @@ func (s *Service) Stop(ctx context.Context) error {
 	if bg != nil {
 		bg.stop()
 	}
-	return s.d.stop(ctx)
+	err := s.d.stop(ctx)
+	if s.d.cluster != nil {
+		s.releaseAllLeases(context.WithoutCancel(ctx))
+	}
+	return err
 }
 
 // EnqueueResult is the answer to a submission.
@@ -270,6 +291,12 @@ func (s *Service) Cancel(ctx context.Context, id domain.JobID) (*domain.Job, err
 	if conflict := cancelConflict(j); conflict != nil {
 		return nil, conflict
 	}
+	if holder := s.d.heldElsewhere(j.Lane.Upstream()); holder != "" {
+		// Only the process dispatching the lane can keep the job from being
+		// sent; cancelling here could race with it.
+		return nil, &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf(
+			"job is dispatched by instance %s; send the cancel to that instance", holder)}
+	}
 	if err := s.d.claimCancel(j.ID); err != nil {
 		return nil, err
 	}
@@ -318,9 +345,12 @@ func storeErr(what string, err error) error {
 // is already there (BEHAVIOR.md §8). It reports whether the member is new.
 // Pool membership lives in memory: after a restart, members rejoin with
 // their next heartbeat, and pool jobs wait for them.
-func (s *Service) RegisterMember(_ context.Context, r *domain.MemberRegistration) (bool, error) {
+func (s *Service) RegisterMember(ctx context.Context, r *domain.MemberRegistration) (bool, error) {
 	if err := r.Validate(); err != nil {
 		return false, err
+	}
+	if s.d.cluster != nil {
+		return s.registerShared(ctx, r)
 	}
 	created := s.pools.register(r)
 	if created {
@@ -331,7 +361,10 @@ func (s *Service) RegisterMember(_ context.Context, r *domain.MemberRegistration
 }
 
 // LeaveMember removes a member from a pool (graceful leave).
-func (s *Service) LeaveMember(_ context.Context, poolID, memberID string) error {
+func (s *Service) LeaveMember(ctx context.Context, poolID, memberID string) error {
+	if s.d.cluster != nil {
+		return s.leaveShared(ctx, poolID, memberID)
+	}
 	if err := s.pools.leave(poolID, memberID); err != nil {
 		return err
 	}

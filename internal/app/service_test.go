@@ -241,7 +241,7 @@ func TestPacingSpacesStartsAndBoundsConcurrency(t *testing.T) {
 	// pace at all would squeeze either run to ~0.
 	hits := up.snapshot()
 	interval := time.Second / 50
-	slack := 10 * time.Millisecond
+	slack := 20 * time.Millisecond // a loaded machine delays single arrivals; no pacing at all would give ~0
 	if span := hits[2].at.Sub(hits[0].at); span < 2*interval-slack {
 		t.Errorf("starts 1-3 spanned %v, want >= %v at 50 rps", span, 2*interval)
 	}
