@@ -29,7 +29,6 @@ func rateOf(hits []hit, from int) float64 {
 	return float64(n) / hits[len(hits)-1].at.Sub(hits[from].at).Seconds()
 }
 
-
 // paced reports whether a measured rate shows the lane at want: never more
 // than 10 % faster; slower only within reason, since a loaded test machine
 // delays dispatches but cannot speed them up. (Pacing accuracy proper is
