@@ -138,20 +138,20 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 // serves /health; mcp-stdio speaks MCP on stdin/stdout.
 func (d *daemon) buildAdapters() error {
 	cfg, log := d.cfg, d.log
-	d.api = httpapi.New(d.svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, PoolToken: cfg.PoolToken, Logger: log})
+	d.api = httpapi.New(d.svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, PoolToken: cfg.PoolToken, Logger: log,
+		HealthOnly: !cfg.HasAdapter("http")})
 	if cfg.HasAdapter("mcp-http") || cfg.HasAdapter("mcp-stdio") {
 		d.mcp = mcpadapter.New(d.svc, mcpadapter.Options{Version: Version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 	}
 	if !cfg.HasAdapter("http") && !cfg.HasAdapter("a2a") && !cfg.HasAdapter("mcp-http") {
 		return nil
 	}
-	mux := http.NewServeMux()
+	// One chi router for every HTTP adapter: exact routing (no redirects for
+	// "//jobs" or "/a/../b") and a JSON error for anything unrouted.
+	mux := d.api.Router()
 	if cfg.HasAdapter("http") {
-		mux.Handle("/", d.api)
 		d.proxy = proxy.New(d.svc, proxy.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 		mux.Handle("/proxy", d.proxy) // POST only; the handler answers 405 otherwise
-	} else {
-		mux.Handle("/health", d.api) // for probes, whatever else runs
 	}
 	if cfg.HasAdapter("mcp-http") {
 		mux.Handle("/mcp", d.mcp.HTTPHandler())

@@ -139,14 +139,14 @@ func parseTargetURL(field, raw string) (*url.URL, error) {
 	if scheme != "http" && scheme != "https" {
 		return nil, Invalid(field, "%s must be an absolute http or https URL", field)
 	}
-	if u.Host == "" || u.Hostname() == "" {
+	if u.Host == "" || strings.TrimSuffix(u.Hostname(), ".") == "" { // "http://./" names no host
 		return nil, Invalid(field, "%s must include a host", field)
 	}
 	if u.User != nil {
 		return nil, Invalid(field, "%s must not contain credentials; send them in a header", field)
 	}
 	if p := u.Port(); p != "" {
-		if len(p) > 5 || p == "0" || !allDigits(p) || atoi(p) > 65535 {
+		if len(p) > 5 || !allDigits(p) || atoi(p) == 0 || atoi(p) > 65535 { // "00000" is port 0 too
 			return nil, Invalid(field, "%s has an invalid port", field)
 		}
 	}

@@ -137,7 +137,7 @@ func (n *Nonces) seen(nonce string, now time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	exp, ok := n.byNonce[nonce]
-	return ok && now.Before(exp)
+	return ok && !now.After(exp) // up to and including its last acceptable instant
 }
 
 // remember records nonce until until; false if it is already there or the
@@ -145,12 +145,12 @@ func (n *Nonces) seen(nonce string, now time.Time) bool {
 func (n *Nonces) remember(nonce string, now, until time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if exp, ok := n.byNonce[nonce]; ok && now.Before(exp) {
+	if exp, ok := n.byNonce[nonce]; ok && !now.After(exp) {
 		return false
 	}
 	if len(n.byNonce) >= n.max {
 		for k, exp := range n.byNonce {
-			if !now.Before(exp) {
+			if now.After(exp) {
 				delete(n.byNonce, k)
 			}
 		}
@@ -170,7 +170,7 @@ func (n *Nonces) Sweep(now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for k, exp := range n.byNonce {
-		if !now.Before(exp) {
+		if now.After(exp) {
 			delete(n.byNonce, k)
 		}
 	}

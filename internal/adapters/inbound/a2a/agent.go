@@ -198,7 +198,9 @@ func (a *Agent) JSONRPCHandler() http.Handler {
 		}
 		_ = json.Unmarshal(raw, &env)
 		if env.Method == "message/stream" || env.Method == "tasks/resubscribe" {
-			a.jsonrpc.ServeHTTP(w, r.WithContext(ctx))
+			// A stream the SDK refuses before it starts is a plain JSON-RPC
+			// error, which it writes without a Content-Type.
+			a.jsonrpc.ServeHTTP(&jsonByDefault{ResponseWriter: w}, r.WithContext(ctx))
 			return
 		}
 		buf := &bufferedWriter{header: http.Header{}}
@@ -206,6 +208,39 @@ func (a *Agent) JSONRPCHandler() http.Handler {
 		writeRPCResponse(w, buf, env.ID)
 	})
 }
+
+// jsonByDefault labels a response application/json unless the handler set
+// a Content-Type (an SSE stream sets text/event-stream).
+type jsonByDefault struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (j *jsonByDefault) label() {
+	if !j.wrote {
+		j.wrote = true
+		if j.Header().Get("Content-Type") == "" {
+			j.Header().Set("Content-Type", "application/json")
+		}
+	}
+}
+
+func (j *jsonByDefault) WriteHeader(code int) { j.label(); j.ResponseWriter.WriteHeader(code) }
+func (j *jsonByDefault) Write(p []byte) (int, error) {
+	j.label()
+	return j.ResponseWriter.Write(p)
+}
+
+// Flush keeps SSE streaming through the wrapper.
+func (j *jsonByDefault) Flush() {
+	j.label()
+	if f, ok := j.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (j *jsonByDefault) Unwrap() http.ResponseWriter { return j.ResponseWriter }
 
 // bufferedWriter holds a non-streaming JSON-RPC response so it can be
 // amended before it is sent.

@@ -44,7 +44,10 @@ type Options struct {
 	// PoolToken, when set, is required as "Authorization: Bearer <token>"
 	// on the pool endpoints (registration, heartbeat, leave, listing).
 	PoolToken string
-	Logger    *zap.Logger
+	// HealthOnly serves /health alone (with JSON 404/405 for the rest): the
+	// REST API is off, other adapters are mounted on Router().
+	HealthOnly bool
+	Logger     *zap.Logger
 }
 
 // Handler serves the REST API.
@@ -76,6 +79,12 @@ func New(core Core, opts Options) *Handler {
 	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 	})
+	if opts.HealthOnly {
+		r.Get("/health", h.health)
+		r.Head("/health", h.health)
+		h.mux = r
+		return h
+	}
 	r.Post("/jobs", h.postJob)
 	r.Get("/jobs/{id}", h.getJob)
 	r.Head("/jobs/{id}", h.getJob)

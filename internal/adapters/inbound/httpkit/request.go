@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/domain"
@@ -137,6 +138,11 @@ func decodeJSON(raw []byte, dst any) string {
 	}
 	if trimmed[0] != '{' {
 		return "invalid json: expected a JSON object"
+	}
+	if !utf8.Valid(trimmed) {
+		// encoding/json would replace the bad bytes with U+FFFD: two
+		// different keys could become one, and the caller would never know.
+		return "invalid json: request body is not valid UTF-8"
 	}
 	// json.Unmarshal checks the whole input, so anything after the object
 	// (a second object, a stray '}') is a syntax error too.
