@@ -24,8 +24,9 @@ import (
 type Config struct {
 	Store  ports.JobStore
 	Doer   ports.Doer
-	Clock  ports.Clock // default: the system clock
-	Logger *zap.Logger // default: no-op
+	Clock   ports.Clock   // default: the system clock
+	Logger  *zap.Logger   // default: no-op
+	Metrics ports.Metrics // default: ports.NopMetrics
 
 	// Rates gives each upstream its ceiling; default: 2 rps / 1 concurrent everywhere.
 	Rates RateTable
@@ -128,6 +129,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.Metrics == nil {
+		c.Metrics = ports.NopMetrics{}
 	}
 	if c.Rates.Defaults == (domain.Rate{}) {
 		c.Rates.Defaults = domain.DefaultRate

@@ -44,6 +44,19 @@ type outcome struct {
 	deferTo  time.Time      // a 429 asked to wait until then
 }
 
+// metricOutcome names an attempt's outcome for Metrics.Dispatched.
+func (o *outcome) metricOutcome() string {
+	switch {
+	case o.kind == outcomeRetry:
+		return "retry"
+	case o.kind == outcomeDeferred:
+		return "deferred"
+	case o.failed:
+		return "failed"
+	}
+	return "completed"
+}
+
 // attemptResult is what one HTTP exchange produced.
 type attemptResult struct {
 	result    *domain.Result
@@ -121,7 +134,8 @@ func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string, target st
 			o = &outcome{job: j, kind: outcomeDone}
 		}
 	}()
-	stopMark := d.markInFlightLater(j, d.cfg.Clock.Now())
+	started := d.cfg.Clock.Now()
+	stopMark := d.markInFlightLater(j, started)
 	if n == 1 && j.Deferrals == 0 {
 		d.publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: n})
 	}
@@ -130,6 +144,12 @@ func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string, target st
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
 	}
+	upstream := string(j.Upstream())
+	defer func() {
+		if o != nil {
+			d.cfg.Metrics.Dispatched(upstream, o.metricOutcome(), ar.status(), d.cfg.Clock.Now().Sub(started))
+		}
+	}()
 	if until, ok := d.deferral(ar, j.Deferrals); ok {
 		at := until
 		if j.PoolID != "" {
@@ -404,6 +424,7 @@ func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status dom
 	if status == domain.StatusFailed {
 		ev = domain.EventFailed
 	}
+	d.cfg.Metrics.JobFinished(string(j.Upstream()), string(status))
 	d.publish(domain.Event{Type: ev, JobID: j.ID, Attempt: attempts, Result: res})
 	if readySeq > 0 {
 		// Hand the delivery to the receiver's lane. A copy: the lane that ran
@@ -428,5 +449,13 @@ func (d *dispatcher) finishDelivery(j *domain.Job, delivered bool, attempts int,
 	})
 	if err != nil && !errors.Is(err, domain.ErrNotFound) {
 		d.log.Error("recording webhook delivery failed; it will be sent again", zap.String("job_id", string(j.ID)), zap.Error(err))
+		return
+	}
+	if u, ok := domain.UpstreamOf(j.WebhookURL); ok {
+		if delivered {
+			d.cfg.Metrics.WebhookDelivered(string(u))
+		} else {
+			d.cfg.Metrics.WebhookFailed(string(u))
+		}
 	}
 }

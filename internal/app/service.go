@@ -168,6 +168,20 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 	return s.result(stored, !fresh), nil
 }
 
+// countSubmission tells Metrics how a submission ended.
+func (s *Service) countSubmission(job *domain.Job, fresh bool, err error) {
+	var rej *domain.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		s.cfg.Metrics.JobRejected(rej.Limit)
+	case err != nil:
+	case fresh:
+		s.cfg.Metrics.JobAccepted(string(job.Upstream()))
+	default:
+		s.cfg.Metrics.JobDuplicate(string(job.Upstream()))
+	}
+}
+
 // prepare validates req, applies its account-queue switch and builds the
 // job it asks for.
 func (s *Service) prepare(req *domain.JobRequest) (*domain.Job, error) {
@@ -195,7 +209,8 @@ func (s *Service) prepare(req *domain.JobRequest) (*domain.Job, error) {
 // store runs admission control and inserts job, unless its (user_id,
 // idempotent_key) is taken: then it returns the job holding it (fresh false),
 // even under pressure. It does not hand the job to its lane.
-func (s *Service) store(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
+func (s *Service) store(ctx context.Context, job *domain.Job) (stored *domain.Job, fresh bool, err error) {
+	defer func() { s.countSubmission(job, fresh, err) }()
 	if rej := s.adm.check(ctx); rej != nil {
 		existing, err := s.cfg.Store.Lookup(ctx, job.UserID, job.IdempotentKey)
 		if err == nil {
@@ -206,7 +221,7 @@ func (s *Service) store(ctx context.Context, job *domain.Job) (*domain.Job, bool
 		}
 		return nil, false, s.adm.reject(rej)
 	}
-	stored, fresh, err := s.cfg.Store.Insert(ctx, job)
+	stored, fresh, err = s.cfg.Store.Insert(ctx, job)
 	if err != nil {
 		return nil, false, storeErr("store job", err)
 	}

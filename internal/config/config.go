@@ -90,6 +90,8 @@ type Config struct {
 	ProxyBreakerMultiplier float64
 	ProxyBreakerCooldown   time.Duration
 	ProxyORCAThreshold     float64
+	// Metrics turns GET /metrics (Prometheus) on.
+	Metrics bool
 	// Drain mode.
 	DrainEnabled    bool
 	DrainIdle       time.Duration
@@ -286,6 +288,19 @@ var Settings = []Setting{
 			}
 			c.ProxyORCAThreshold = f
 			return err
+		}},
+	{Key: "metrics", Env: "AQUIFER_METRICS", Default: "on",
+		Doc: "Serve Prometheus metrics at GET /metrics: on or off.",
+		apply: func(c *Config, v string) error {
+			switch strings.ToLower(v) {
+			case "on", "true", "1", "yes":
+				c.Metrics = true
+			case "off", "false", "0", "no":
+				c.Metrics = false
+			default:
+				return fmt.Errorf("%q is not on or off", v)
+			}
+			return nil
 		}},
 	{Key: "drain.enabled", Env: "AQUIFER_DRAIN_ENABLED", Default: "false",
 		Doc:   "Drain mode: once the whole process is idle, flush the ledger to AQUIFER_DRAIN_WEBHOOK_URL and clear it. true/false (1/0, yes/no).",

@@ -90,6 +90,7 @@ func TestLoadDefaults(t *testing.T) {
 				ProxyBreakerCooldown:   5 * time.Second,
 				ProxyORCAThreshold:     0.7,
 				DrainIdle:              45 * time.Second,
+				Metrics:                true,
 				DrainPageSize:          1000,
 				ConfigPath:             "",
 				StoreBackend:           "sqlite",
