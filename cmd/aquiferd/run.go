@@ -76,7 +76,7 @@ type daemon struct {
 	svc   *app.Service
 	api   *httpapi.Handler
 	proxy *proxy.Handler // nil unless http runs
-	srv   *http.Server // nil when no HTTP-based adapter runs
+	srv   *http.Server   // nil when no HTTP-based adapter runs
 	ln    net.Listener
 	mcp   *mcpadapter.Server // nil unless mcp-http or mcp-stdio runs
 	agent *a2aagent.Agent    // nil unless a2a runs

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -26,7 +27,11 @@ func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger) (ports.
 			Logger: log.Named("pebble")})
 	case "postgres":
 		return postgres.Open(ctx, postgres.Options{DSN: cfg.PostgresDSN, Schema: cfg.PostgresSchema,
-			Owner: cfg.InstanceID, Logger: log.Named("postgres")})
+			Owner: cfg.InstanceID, Logger: log.Named("postgres"),
+			// The process's liveness lease: a crashed instance's in-flight
+			// work goes back to the queue once it lapses, so keep it close to
+			// the lane leases (3 s) instead of the store's 30 s default.
+			Lease: 4 * time.Second})
 	default:
 		if dir := filepath.Dir(cfg.DBPath); dir != "" {
 			if err := os.MkdirAll(dir, 0o750); err != nil {

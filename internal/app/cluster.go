@@ -343,10 +343,17 @@ func (s *Service) syncLeases(ctx context.Context) {
 	}
 	if rewind {
 		for u := range got {
-			if cs.holds(u) {
-				for _, l := range byUp[u] {
-					s.d.notify(l, true)
-				}
+			if !cs.holds(u) {
+				continue
+			}
+			// A process that died holding work in flight is only known dead
+			// once its liveness lease lapses, which may be after we took its
+			// lanes: look again now and then.
+			if n, err := cs.c.RecoverLane(ctx, u); err == nil && n > 0 {
+				s.log.Info("recovered in-flight work of a process that died", zap.String("lane", string(u)), zap.Int("jobs", n))
+			}
+			for _, l := range byUp[u] {
+				s.d.notify(l, true)
 			}
 		}
 	}

@@ -22,8 +22,8 @@ import (
 // Config wires a Service. Store and Doer are required; everything else has a
 // default, applied by WithDefaults.
 type Config struct {
-	Store  ports.JobStore
-	Doer   ports.Doer
+	Store   ports.JobStore
+	Doer    ports.Doer
 	Clock   ports.Clock   // default: the system clock
 	Logger  *zap.Logger   // default: no-op
 	Metrics ports.Metrics // default: ports.NopMetrics

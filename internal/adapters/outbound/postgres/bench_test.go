@@ -64,3 +64,32 @@ func BenchmarkLifecycle(b *testing.B) {
 	st := s.Stats()
 	b.ReportMetric(float64(st.Ops)/float64(max(st.Commits, 1)), "ops/commit")
 }
+
+// BenchmarkSyncLeases renews 100 held lanes and asks for 100 more that a
+// peer holds: one lease sync of a busy process. Its cost depends on the
+// lanes named, not on the jobs stored.
+func BenchmarkSyncLeases(b *testing.B) {
+	schema := newSchema(b)
+	s := openStore(b, schema, "bench:1", quiet)
+	peer := openStore(b, schema, "bench:2", quiet)
+	mine, theirs := make([]domain.UpstreamKey, 100), make([]domain.UpstreamKey, 100)
+	for i := range mine {
+		mine[i] = domain.UpstreamKey(fmt.Sprintf("http://mine%03d.test:80", i))
+		theirs[i] = domain.UpstreamKey(fmt.Sprintf("http://theirs%03d.test:80", i))
+	}
+	if _, err := peer.SyncLeases(b.Context(), &ports.SyncLeasesParams{Want: theirs, TTL: time.Hour}); err != nil {
+		b.Fatal(err)
+	}
+	held, err := s.SyncLeases(b.Context(), &ports.SyncLeasesParams{Want: mine, TTL: time.Minute})
+	if err != nil || len(held) != len(mine) {
+		b.Fatalf("took %d lanes, %v", len(held), err)
+	}
+	want := append(append([]domain.UpstreamKey(nil), mine...), theirs...)
+
+	for b.Loop() {
+		held, err = s.SyncLeases(b.Context(), &ports.SyncLeasesParams{Want: want, Held: held, TTL: time.Minute})
+		if err != nil || len(held) != len(mine) {
+			b.Fatalf("holds %d lanes, %v", len(held), err)
+		}
+	}
+}

@@ -1,5 +1,7 @@
 // Package postgres is a JobStore on PostgreSQL (pgx/v5) that several aquiferd
-// processes can share.
+// processes can share. It also implements ports.Cluster, through which those
+// processes split the dispatcher's lanes between them (lane leases), hear
+// each other (LISTEN/NOTIFY) and share pool membership.
 //
 // # Schema
 //
@@ -9,11 +11,13 @@
 // versions already recorded in aquifer_schema_migrations. A database at a
 // newer version than this binary knows is refused. With Options.Schema set,
 // the schema is created if missing and put first on every connection's
-// search_path.
+// search_path. Version 2 replaced per-job claims (version 1) by lane leases;
+// processes of both versions must not share a database.
 //
 // Each job is one row for its whole lifecycle (request, result, webhook
 // delivery), as in the SQLite store. Job times are Unix milliseconds from the
-// application's clock; ownership leases use the database clock.
+// application's clock; leases use the database clock, because they are
+// compared between processes.
 //
 // # Group commit
 //
@@ -37,63 +41,131 @@
 // database is unreachable operations fail promptly, and once it is back the
 // pool reconnects by itself.
 //
-// # Ownership
+// # Processes
 //
-// Every job has an owner: the process (Options.Owner, which must be unique
-// among the processes sharing the database) that dispatches its next action.
-// Liveness is per process, not per job: aquifer_owners holds one lease row
-// per process, valid until a database-clock time that the process renews
-// every Lease/3. Work whose owner's lease has run out is orphaned. Keeping
-// the lease on the process makes a renewal one row write however many jobs
-// the process holds (renewing an owner_until column on every job would
-// rewrite the whole backlog every few seconds, and its row locks would make
-// the claims' SKIP LOCKED pass over the renewer's own jobs).
+// Each process (Options.Owner, its instance id, which must be unique among
+// the processes sharing the database) has a liveness lease: a row of
+// aquifer_owners valid until a database-clock time that the process renews
+// every Lease/3. A process is alive while that time lies ahead; Instances
+// lists the live ones. Close ends the lease at once; a process that dies
+// without closing is alive until one Lease after its last renewal.
 //
-//   - Insert makes the new job the inserting process's (it hands the job
-//     straight to its own lane). A duplicate insert leaves the existing job
-//     and its owner alone.
-//   - ListReady claims what it returns. In one statement it takes over
-//     (UPDATE ... SET owner = me, rows chosen FOR UPDATE SKIP LOCKED) the
-//     first orphaned jobs after the cursor, reads the process's own jobs
-//     after the cursor, and returns the first Limit of both in ReadySeq
-//     order. Jobs a live peer owns are invisible. Two processes claiming the
-//     same orphaned rows at once get disjoint sets: a row locked by one
-//     claimer is skipped by the other, and a row claimed since the
-//     statement's snapshot fails the re-check after the lock.
-//   - Requeue and Finish make the job the writing process's (it keeps the
-//     retry, or gets the delivery Finish makes due). A Finish without
-//     delivery and FinishDelivery end ownership (the job leaves its lane).
-//   - OrphanedLanes lists the lanes of dead owners' ready work, so the app
-//     wakes those lanes and re-reads them from the start.
-//   - RecoverInFlight and ResetStale only touch this process's jobs and
-//     orphaned ones, never a live peer's in-flight work. An orphaned in-flight
-//     job is reset by a peer's ResetStale once its attempt is older than the
-//     stale cut-off (its owner may only have lost the database, not died), or
-//     at once by a RecoverInFlight at a peer's start-up.
-//   - Close releases the process's lease (after committing pending writes),
-//     so peers take over its remaining work at their next orphan check
-//     instead of a lease later. A process that dies without closing loses
-//     its work to peers one lease after its last renewal.
+// # Lane leases
 //
-// A process whose lease ran out while it still runs (it could not reach the
-// database for longer than the lease) may find that peers took over some of
-// the work it holds in memory; both may then dispatch it. Aquifer's delivery
-// is at-least-once, so this is allowed, and the lease (default 30s) keeps it
-// to real outages.
+// The app's unit of dispatch is the upstream (domain.UpstreamKey: a URL's
+// scheme://host:port, "pool:<id>", a webhook receiver), which covers the
+// upstream's shared store lane (named like the upstream) and its tenant
+// lanes ("<upstream>|<tenant>"). At most one process at a time holds an
+// upstream's lease, a row of aquifer_lanes (owner, until on the database
+// clock), and it alone dispatches the upstream's ready jobs, whichever
+// process inserted them, so the upstream's pace is global. The holder saves
+// the pacing state it learned with the lease; the next holder gets it.
+//
+// SyncLeases is one transaction of three statements sent as one pipelined
+// batch, whatever the number of jobs: create the (free) rows of wanted lanes
+// never seen before; renew the held leases whose owner is still this process
+// (until = now() + TTL, saving their state); take free or expired wanted
+// leases (until < now(), or a stray lease of this process's), up to Max in
+// all, returning the state saved with them. Exclusivity rests on row locks
+// and on READ COMMITTED's re-check of a locked row:
+//
+//   - Taking locks its candidates FOR UPDATE SKIP LOCKED. A row another
+//     transaction is taking or renewing is skipped, not waited for. A row
+//     another process took after this statement's snapshot is locked in its
+//     newest version and the WHERE clause re-evaluated: its until now lies
+//     ahead and its owner is another process, so it is left out (and LIMIT
+//     moves on to the next candidate). Of two processes racing for a lane,
+//     one takes it; the other either skips it while locked or finds it taken.
+//   - Renewing locks the held rows (in upstream order, so overlapping
+//     renewals cannot deadlock) with the same re-check of owner = this
+//     process: a lease that ran out and was taken by another process is
+//     neither renewed nor returned, and the caller must stop dispatching
+//     that lane at once. A lease that ran out but was not taken is renewed:
+//     nobody else dispatched the lane meanwhile.
+//   - Leases are compared with the database's now(), the start of the
+//     taking transaction. A holder should treat its lease as ending at the
+//     start of the SyncLeases call that granted it plus the TTL, by its own
+//     clock: that is never later than the lease's end on the database, so
+//     its view of the lease ends before another process can take it (up to
+//     the skew between the two machines' clocks).
+//
+// ReleaseLeases saves the state and sets until to -infinity, so the lanes
+// are free at once; Close frees the leases this process still holds, and
+// Open frees those a previous run under the same instance id left.
+//
+// A holder cut off from the database for longer than the TTL loses its
+// lanes to peers while it may still run attempts it started; both may then
+// dispatch a job. Delivery is at-least-once, so this is allowed, and a short
+// TTL with frequent syncs keeps it to real outages.
+//
+// # Job ownership
+//
+// The owner column of a job names the process that ran or last touched its
+// attempt: the inserting process, then whichever process marks it in
+// flight, requeues it or finishes it (MarkInFlight, Requeue, Finish,
+// FinishDelivery set owner = this process). It decides nothing about who
+// dispatches the job; recovery uses it to tell running attempts from
+// abandoned ones:
+//
+//   - ListReady returns every unexpired ready job of the lane after the
+//     cursor, in ReadySeq order, and claims nothing: the app calls it only
+//     for lanes whose lease it holds.
+//   - OrphanedLanes returns none: a dead process's lanes are taken over
+//     through SyncLeases, not job by job.
+//   - RecoverInFlight (start-up) resets this process's own in-flight jobs (a
+//     previous run under the same id left them) and dead processes'.
+//   - ResetStale resets in-flight jobs older than the cut-off that are this
+//     process's or a dead process's (a live peer's attempt is its own
+//     business).
+//   - RecoverLane(upstream), which the app calls when it takes a lane over,
+//     resets the upstream's in-flight jobs (shared and tenant lanes, matched
+//     by an index range on ready_lane) whose owner is not alive. A process
+//     that died is not alive until its liveness lease runs out: with
+//     Options.Lease longer than the lane lease TTL, a takeover may come
+//     before that, and the dead process's in-flight jobs are found by a
+//     later RecoverLane or ResetStale. Keep Options.Lease close to the TTL.
 //
 // # ReadySeq and commit order
 //
-// Lanes page their queue with "ReadySeq > cursor" and must never miss a job
-// committed later with a smaller ReadySeq. The writer draws ReadySeq (and
-// Seq) from the sequence jobs_seq inside its transaction, and one process
-// has one writer that commits one transaction at a time, so within one
-// process commit order is ReadySeq order. Across processes it is not: A may
-// draw 100, B draw 101 and commit first. That is harmless because a process
-// only ever reads work it owns or orphaned work. Its own jobs got their
-// ReadySeq from its own writer (Insert, Finish), or were claimed, and a
-// claim happens in one of two ways: the orphan lies after the cursor and
-// the read returns it, or it lies before the cursor, stays orphaned, and is
-// reported by OrphanedLanes, whereupon the app re-reads the lane from the
-// start. A peer's job with a smaller ReadySeq that commits late is not this
-// process's to read until its owner dies, and then it is found the same way.
+// Lanes page their queue with "ReadySeq > cursor". The writer draws
+// ReadySeq (and Seq) from the sequence jobs_seq inside its transaction, and
+// one process has one writer that commits one transaction at a time, so
+// within one process commit order is ReadySeq order and a holder never
+// misses its own inserts. Across processes it is not: process A may draw
+// 100, B draw 101 and commit first; the holder of the lane may read 101,
+// move its cursor past 100, and only then see 100 commit. The store cannot
+// prevent that without serializing every insert of the cluster. The app
+// handles it: the inserting process broadcasts a WorkNotice{Lane, ReadySeq}
+// after its commit (and so does Finish for a delivery it makes due in
+// another process's lane), and the holder re-reads the lane from
+// ReadySeq-1; since messages are best effort, the holder also re-reads each
+// of its lanes from the start now and then. A new holder reads its lanes
+// from the start, after RecoverLane. Jobs that become ready again with an
+// old ReadySeq (RecoverLane, ResetStale, RecoverInFlight) are found the
+// same ways.
+//
+// # Messages
+//
+// Broadcast and Listen use LISTEN/NOTIFY on one channel per database and
+// schema ("aquifer", or "aquifer_<schema>"). Broadcast never blocks: it
+// copies the message (without event results; readers load the job) into a
+// buffer of Options.NotifyBuffer messages, or drops it and counts it
+// (Stats.Dropped) when the buffer is full. A notifier goroutine, woken by
+// the first message, waits Options.NotifyInterval for more, merges what it
+// has (events in order, one work notice per lane with the smallest
+// ReadySeq, each pool once) into compact JSON payloads under PostgreSQL's
+// 8000-byte limit, and sends them with pg_notify in one transaction; Close
+// sends what is left. Listen holds a connection of its own, LISTENs, skips
+// this process's own messages and delivers the others; after a connection
+// error, or a check that fails after a quiet spell, it reconnects with
+// backoff until its context ends. Messages sent while it reconnects are
+// lost; peers catch up through their periodic re-reads.
+//
+// # Pools
+//
+// aquifer_pool_members holds every pool's members. Any process registers a
+// member or records its heartbeat (PutMember: last_seen is the database's
+// now(), reputation and counters are kept); the holder of the pool's lane
+// lease saves the state it keeps (SaveMemberStates, which updates existing
+// rows only, so a member deleted meanwhile stays deleted).
 package postgres

@@ -27,11 +27,15 @@ type Options struct {
 	// connection's search_path, so Aquifer's tables live in it.
 	Schema string
 	// Owner is this process's instance id (for example "host:port"); required.
-	// It must be unique among the processes sharing the database: the work a
-	// process inserts or reads is recorded as owned by it.
+	// It must be unique among the processes sharing the database: lane
+	// leases, and the in-flight attempts a process runs, are recorded under
+	// it.
 	Owner string
-	// Lease is how long this process's claims stay valid without renewal;
-	// they are renewed every Lease/3. Default 30s.
+	// Lease is how long this process counts as alive without renewing its
+	// liveness lease, which it renews every Lease/3. In-flight jobs of a
+	// process that stopped renewing are recovered by the next holder of
+	// their lane (RecoverLane), so keep it close to the lane lease TTL the
+	// app uses. Default 30s.
 	Lease time.Duration
 	// MaxConns caps the connection pool; default 8.
 	MaxConns int32
@@ -45,6 +49,12 @@ type Options struct {
 	// nothing hangs while the database is unreachable; default 10s. Opening a
 	// connection is bounded by the DSN's connect_timeout, default 5s.
 	Timeout time.Duration
+	// NotifyInterval is how long Broadcast collects messages before sending
+	// them as one batch of NOTIFYs; default 25ms.
+	NotifyInterval time.Duration
+	// NotifyBuffer is how many broadcast messages may wait for the next
+	// batch; more are dropped (Stats.Dropped). Default 4096.
+	NotifyBuffer int
 	// Logger receives store errors; default no-op.
 	Logger *zap.Logger
 }
@@ -66,6 +76,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
+	}
+	if o.NotifyInterval <= 0 {
+		o.NotifyInterval = 25 * time.Millisecond
+	}
+	if o.NotifyBuffer <= 0 {
+		o.NotifyBuffer = 4096
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
@@ -91,25 +107,40 @@ type Store struct {
 	renewStop chan struct{}
 	renewDone chan struct{}
 
+	channel    string                    // the LISTEN/NOTIFY channel of this database and schema
+	outbox     chan ports.ClusterMessage // broadcast messages waiting for the notifier
+	kick       chan struct{}             // wakes the notifier (capacity 1)
+	notifyDone chan struct{}             // notifier stopped
+
 	commits, committedOps, renewals atomic.Int64
+	notified, dropped, delivered    atomic.Int64
+	listenPID                       atomic.Uint32 // backend of the current Listen connection (tests)
 }
 
 // Stats are cumulative counters.
 type Stats struct {
-	Commits  int64 // transactions the writer committed
-	Ops      int64 // operations in them
-	Renewals int64 // lease renewals that succeeded
+	Commits   int64 // transactions the writer committed
+	Ops       int64 // operations in them
+	Renewals  int64 // liveness lease renewals that succeeded
+	Notified  int64 // NOTIFY payloads sent
+	Dropped   int64 // broadcast messages (or parts) dropped: buffer full, send failed, too large
+	Delivered int64 // messages from other processes handed to Listen's callers
 }
 
-// Stats returns the writer counters: Ops/Commits is the mean group size.
+// Stats returns the store's counters: Ops/Commits is the mean group size.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.commits.Load(), Ops: s.committedOps.Load(), Renewals: s.renewals.Load()}
+	return Stats{Commits: s.commits.Load(), Ops: s.committedOps.Load(), Renewals: s.renewals.Load(),
+		Notified: s.notified.Load(), Dropped: s.dropped.Load(), Delivered: s.delivered.Load()}
 }
 
-var _ ports.JobStore = (*Store)(nil)
+var (
+	_ ports.JobStore = (*Store)(nil)
+	_ ports.Cluster  = (*Store)(nil)
+)
 
 // Open connects to the database, applies pending migrations, takes this
-// process's ownership lease and starts the writer and the lease renewer.
+// process's liveness lease and starts the writer, the lease renewer and the
+// broadcast notifier.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	if opts.DSN == "" {
@@ -146,6 +177,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		done:      make(chan struct{}),
 		renewStop: make(chan struct{}),
 		renewDone: make(chan struct{}),
+
+		channel:    channelName(opts.Schema),
+		outbox:     make(chan ports.ClusterMessage, opts.NotifyBuffer),
+		kick:       make(chan struct{}, 1),
+		notifyDone: make(chan struct{}),
 	}
 	octx, cancel := context.WithTimeout(ctx, 2*opts.Timeout)
 	defer cancel()
@@ -159,30 +195,41 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	go s.writer()
 	go s.renewer()
+	go s.notifier()
 	return s, nil
 }
 
-// takeLease records this process as a live owner. A lease under the same
-// name that has not run out means either a restart within the lease (fine)
-// or another live process configured with the same instance id (not fine:
-// both would treat the other's work as their own), so it is logged.
+// takeLease records this process as alive. A lease under the same name that
+// has not run out means either a restart within the lease (fine) or another
+// live process configured with the same instance id (not fine: both would
+// treat the other's leases and attempts as their own), so it is logged.
+// Lane leases a previous run under this id still holds are freed (keeping
+// their saved state): that run is over, and its lanes should not wait for
+// their leases to run out.
 func (s *Store) takeLease(ctx context.Context) error {
 	var live bool
 	err := s.pool.QueryRow(ctx, "SELECT until > now() FROM aquifer_owners WHERE owner = $1", s.opts.Owner).Scan(&live)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("postgres %s: read ownership lease: %w", s.path, err)
+		return fmt.Errorf("postgres %s: read the liveness lease: %w", s.path, err)
 	}
 	if live {
 		s.log.Warn("another process may be using this instance id; instance ids must be unique among processes sharing the database",
 			zap.String("owner", s.opts.Owner))
 	}
 	if err := s.renew(ctx); err != nil {
-		return fmt.Errorf("postgres %s: take ownership lease: %w", s.path, err)
+		return fmt.Errorf("postgres %s: take the liveness lease: %w", s.path, err)
 	}
-	// Forget instances that have been gone for a day and own no ready work.
-	if _, err := s.pool.Exec(ctx, `DELETE FROM aquifer_owners o WHERE until < now() - interval '1 day'
-		AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.owner = o.owner AND j.ready_lane <> '')`); err != nil {
-		s.log.Warn("pruning old ownership leases failed", zap.Error(err))
+	if _, err := s.pool.Exec(ctx, sqlFreeMyLanes, s.opts.Owner); err != nil {
+		return fmt.Errorf("postgres %s: free lane leases of a previous run: %w", s.path, err)
+	}
+	// Forget instances gone for a day (a job they left in flight still
+	// counts as a dead process's: liveness is "has a live lease"), and lanes
+	// nobody has held for a week (their saved state is stale by then).
+	if _, err := s.pool.Exec(ctx, `DELETE FROM aquifer_owners WHERE until < now() - interval '1 day'`); err != nil {
+		s.log.Warn("pruning old liveness leases failed", zap.Error(err))
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM aquifer_lanes WHERE until < now() AND updated_at < now() - interval '7 days'`); err != nil {
+		s.log.Warn("pruning old lane leases failed", zap.Error(err))
 	}
 	return nil
 }
@@ -213,7 +260,7 @@ func (s *Store) renewer() {
 		err := s.renew(ctx)
 		cancel()
 		if err != nil {
-			s.log.Warn("renewing the ownership lease failed; peers take over this process's work if it runs out",
+			s.log.Warn("renewing the liveness lease failed; peers treat this process as dead if it runs out",
 				zap.Duration("lease", s.opts.Lease), zap.Error(err))
 		}
 	}
@@ -228,9 +275,13 @@ func (s *Store) stopRenewing() {
 // Path returns the DSN without its password.
 func (s *Store) Path() string { return s.path }
 
-// Close commits pending operations, stops the writer and the lease renewer,
-// releases this process's lease (so peers may take over its remaining work at
-// once instead of after the lease) and closes the pool. Safe to call twice.
+// Close commits pending operations and sends pending broadcasts, stops the
+// writer, the notifier and the lease renewer, frees the lane leases this
+// process still holds (keeping their saved state; the app normally releases
+// them first with their latest state) and its liveness lease, so peers take
+// its lanes over and recover its in-flight jobs at once instead of after the
+// leases, and closes the pool. A Listen in progress returns. Safe to call
+// twice.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -238,10 +289,14 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		close(s.closing)
 		<-s.done
+		<-s.notifyDone
 		s.stopRenewing()
 		ctx, cancel := context.WithTimeout(context.Background(), min(s.opts.Timeout, 2*time.Second))
-		if _, err := s.pool.Exec(ctx, "UPDATE aquifer_owners SET until = now() - interval '1 millisecond' WHERE owner = $1", s.opts.Owner); err != nil {
-			s.log.Warn("releasing the ownership lease failed; peers take over after it runs out", zap.Error(err))
+		b := &pgx.Batch{}
+		b.Queue(sqlFreeMyLanes, s.opts.Owner)
+		b.Queue("UPDATE aquifer_owners SET until = now() - interval '1 millisecond' WHERE owner = $1", s.opts.Owner)
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+			s.log.Warn("releasing the leases failed; peers take over after they run out", zap.Error(err))
 		}
 		cancel()
 		s.pool.Close()
@@ -297,7 +352,9 @@ func (s *Store) submit(ctx context.Context, o *op) opResult {
 
 func wait() chan opResult { return make(chan opResult, 1) }
 
-// Insert implements ports.JobStore. The new job is owned by this process.
+// Insert implements ports.JobStore. The new job's owner is this process
+// until an attempt or a lane's holder touches it; that decides nothing about
+// who dispatches it (the holder of its lane's lease does).
 func (s *Store) Insert(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
 	r := s.submit(ctx, &op{kind: opInsert, job: job, done: wait()})
 	return r.job, r.fresh, r.err
@@ -309,18 +366,21 @@ func (s *Store) Delete(ctx context.Context, id domain.JobID) error {
 }
 
 // MarkInFlight implements ports.JobStore. It does not wait for the commit.
+// The job's owner becomes this process, which runs the attempt: while this
+// process is alive, no peer's recovery resets the job.
 func (s *Store) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) error {
 	return s.submit(ctx, &op{kind: opMarkInFlight, id: p.ID, at: p.At}).err
 }
 
-// Requeue implements ports.JobStore. The job stays (or becomes) owned by
-// this process, which keeps the retry.
+// Requeue implements ports.JobStore. The job's owner becomes this process,
+// which ran the attempt.
 func (s *Store) Requeue(ctx context.Context, p *ports.RequeueParams) error {
 	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, requeue: p, done: wait()}).err
 }
 
-// Finish implements ports.JobStore. A delivery it makes due is owned by this
-// process.
+// Finish implements ports.JobStore. The job's owner becomes this process,
+// which ran the attempt; a delivery it makes due is dispatched by the holder
+// of the receiver lane's lease.
 func (s *Store) Finish(ctx context.Context, p *ports.FinishParams) (int64, error) {
 	r := s.submit(ctx, &op{kind: opFinish, id: p.ID, finish: p, done: wait()})
 	return r.n, r.err
@@ -331,37 +391,38 @@ func (s *Store) FinishDelivery(ctx context.Context, p *ports.FinishDeliveryParam
 	return s.submit(ctx, &op{kind: opFinishDelivery, id: p.ID, delivery: p, done: wait()}).err
 }
 
-// RecoverInFlight implements ports.JobStore for the jobs this process owns
-// and orphaned ones; a live peer's in-flight work is left alone.
+// RecoverInFlight implements ports.JobStore for this process's own in-flight
+// jobs (a previous run under the same instance id left them) and those of
+// dead processes; a live peer's running attempts are left alone.
 func (s *Store) RecoverInFlight(ctx context.Context) (int, error) {
 	r := s.submit(ctx, &op{kind: opRecover, at: time.Now(), done: wait()})
 	return int(r.n), r.err
 }
 
-// mineOrDead is an expression for this process ($me) and the owners whose
-// lease has run out: the work recovery may touch.
+// mineOrDead is a condition on jobs.owner that holds for this process ($me)
+// and for every process without a live liveness lease (expired, released,
+// or pruned from aquifer_owners): the in-flight jobs recovery may touch. The
+// ARRAY(...) is evaluated once per statement (an InitPlan), on the database
+// clock.
 func mineOrDead(me string) string {
-	return "ARRAY[" + me + "::text] || " + deadOwners(me)
+	return "(owner = " + me + " OR " + notLive + ")"
 }
 
-// deadOwners is an expression for the owners whose lease has run out, other
-// than $me: their ready work is orphaned. As an ARRAY(...) it is evaluated
-// once per statement (an InitPlan), against the database clock.
-func deadOwners(me string) string {
-	return "ARRAY(SELECT owner FROM aquifer_owners WHERE until < now() AND owner <> " + me + ")"
-}
+// notLive is a condition on jobs.owner that holds when the owner has no live
+// liveness lease.
+const notLive = "owner <> ALL (ARRAY(SELECT owner FROM aquifer_owners WHERE until > now()))"
 
-// ResetStale implements ports.JobStore for the jobs this process owns and
-// orphaned ones. Candidates are found with a read; the writer then resets each
-// one only if it is still in flight since before the cut-off and still owned
-// by this process or orphaned.
+// ResetStale implements ports.JobStore for the in-flight jobs this process
+// runs and those of dead processes. Candidates are found with a read; the
+// writer then resets each one only if it is still in flight since before the
+// cut-off and still this process's or a dead one's.
 func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
 	if s.isClosed() {
 		return nil, domain.ErrClosed
 	}
 	rctx, cancel := s.opCtx(ctx)
 	rows, err := s.pool.Query(rctx, "SELECT "+jobColumns+` FROM jobs
-		WHERE owner = ANY (`+mineOrDead("$1")+`)
+		WHERE `+mineOrDead("$1")+`
 		AND ready_lane <> '' AND status = 'in_flight' AND dispatched_at < $2 ORDER BY ready_seq`,
 		s.opts.Owner, ms(p.DispatchedBefore))
 	var candidates []*domain.Job
@@ -445,7 +506,8 @@ func (s *Store) getOne(ctx context.Context, what, sql string, args ...any) (*dom
 	return j, nil
 }
 
-// Position implements ports.JobStore: every owner's waiting jobs count.
+// Position implements ports.JobStore: every waiting job of the lane counts,
+// whoever inserted it.
 func (s *Store) Position(ctx context.Context, lane domain.LaneKey, readySeq int64) (int, error) {
 	if s.isClosed() {
 		return 0, domain.ErrClosed
@@ -454,50 +516,26 @@ func (s *Store) Position(ctx context.Context, lane domain.LaneKey, readySeq int6
 	defer cancel()
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs
-		WHERE ready_lane = $1 AND ready_seq < $2 AND status <> 'in_flight' AND expires_at > $3`,
+		WHERE ready_lane = $1 AND ready_lane <> '' AND ready_seq < $2 AND status <> 'in_flight' AND expires_at > $3`,
 		string(lane), readySeq, ms(time.Now())).Scan(&n); err != nil {
 		return 0, unavailable("job position", err)
 	}
 	return int(n), nil
 }
 
-// sqlListReady pages a lane for this process ($5) in one statement: it
-// claims (takes ownership of) the first orphaned jobs after the cursor,
-// skipping rows another claimer holds locked, reads this process's own jobs
-// after the cursor without locking them, and returns the first $4 of both in
-// ready_seq order. Claimed jobs beyond the page stay owned by this process
-// and come back as its own on the next page. Jobs a live peer owns are
-// invisible.
-//
-// Both halves walk jobs_owned, one owner at a time (LATERAL), so neither
-// scans a live peer's backlog; with no dead owner the claim half reads
-// nothing. A row another process claimed between this statement's snapshot
-// and its lock is re-checked after the lock (its owner is no longer the dead
-// one) and left out.
-const sqlListReady = `WITH claimed AS (
-	UPDATE jobs SET owner = $5
-	WHERE id IN (
-		SELECT o.id
-		FROM unnest(` + deadOwnersOf5 + `) AS d(owner)
-		CROSS JOIN LATERAL (
-			SELECT id, ready_seq FROM jobs
-			WHERE owner = d.owner AND ready_lane = $1 AND ready_seq > $2 AND status <> 'in_flight' AND expires_at > $3
-			ORDER BY ready_seq LIMIT $4
-			FOR UPDATE SKIP LOCKED) o
-		ORDER BY o.ready_seq LIMIT $4)
-	RETURNING ` + jobColumns + `
-), mine AS (
-	SELECT ` + jobColumns + ` FROM jobs
-	WHERE owner = $5 AND ready_lane = $1 AND ready_seq > $2 AND status <> 'in_flight' AND expires_at > $3
-	ORDER BY ready_seq LIMIT $4
-)
-SELECT * FROM claimed UNION ALL SELECT * FROM mine ORDER BY ready_seq LIMIT $4`
+// sqlListReady pages a lane: its unexpired jobs waiting (not in flight)
+// after the cursor, in ready_seq order, whoever inserted them. It walks
+// jobs_ready (ready_lane, ready_seq) from the cursor and stops after $4 rows.
+// The condition that ready_lane is not empty, implied by the lane, is
+// stated so that a generic plan of the prepared statement may use the
+// partial index.
+const sqlListReady = "SELECT " + jobColumns + ` FROM jobs
+	WHERE ready_lane = $1 AND ready_lane <> '' AND ready_seq > $2 AND status <> 'in_flight' AND expires_at > $3
+	ORDER BY ready_seq LIMIT $4`
 
-// deadOwnersOf5 is deadOwners("$5"), as a constant.
-const deadOwnersOf5 = "ARRAY(SELECT owner FROM aquifer_owners WHERE until < now() AND owner <> $5)"
-
-// ListReady implements ports.JobStore. It claims what it returns: the page
-// holds this process's own ready jobs and orphaned ones, which become its own.
+// ListReady implements ports.JobStore. It claims nothing: the app reads only
+// the lanes whose lease it holds (SyncLeases), and the holder dispatches
+// every ready job of its lanes, whichever process inserted it.
 func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
 	if s.isClosed() {
 		return nil, domain.ErrClosed
@@ -507,7 +545,7 @@ func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*dom
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, sqlListReady, string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit, s.opts.Owner)
+	rows, err := s.pool.Query(ctx, sqlListReady, string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit)
 	if err != nil {
 		return nil, unavailable("list ready jobs", err)
 	}
@@ -530,29 +568,20 @@ const sqlReadyLanes = `WITH RECURSIVE l(lane) AS (
 SELECT lane FROM l WHERE lane IS NOT NULL`
 
 // ReadyLanes implements ports.JobStore: lanes with work waiting, whoever
-// owns it (a lane woken for a peer's work finds nothing to read).
+// inserted it. The app asks for the leases of their upstreams.
 func (s *Store) ReadyLanes(ctx context.Context) ([]domain.LaneKey, error) {
 	return s.lanes(ctx, "ready lanes", sqlReadyLanes)
 }
 
-// sqlOrphanedLanes lists, for each owner whose lease has run out, the
-// distinct lanes of its ready work, by the same loose index scan over
-// jobs_owned.
-const sqlOrphanedLanes = `WITH RECURSIVE dead AS (
-	SELECT owner FROM aquifer_owners WHERE until < now() AND owner <> $1
-), l(owner, lane) AS (
-	SELECT d.owner, (SELECT j.ready_lane FROM jobs j WHERE j.owner = d.owner AND j.ready_lane <> ''
-		ORDER BY j.ready_lane LIMIT 1) FROM dead d
-	UNION ALL
-	SELECT l.owner, (SELECT j.ready_lane FROM jobs j WHERE j.owner = l.owner AND j.ready_lane <> '' AND j.ready_lane > l.lane
-		ORDER BY j.ready_lane LIMIT 1) FROM l WHERE l.lane IS NOT NULL
-)
-SELECT DISTINCT lane FROM l WHERE lane IS NOT NULL`
-
-// OrphanedLanes implements ports.JobStore: the lanes holding ready work whose
-// owner's lease has run out.
+// OrphanedLanes implements ports.JobStore. It returns none: work no longer
+// belongs to the process that inserted it but to the holder of its lane's
+// lease, and a lane whose holder died is taken over through SyncLeases
+// (whose new holder reads the lane from the start and calls RecoverLane).
 func (s *Store) OrphanedLanes(ctx context.Context) ([]domain.LaneKey, error) {
-	return s.lanes(ctx, "orphaned lanes", sqlOrphanedLanes, s.opts.Owner)
+	if s.isClosed() {
+		return nil, domain.ErrClosed
+	}
+	return nil, nil
 }
 
 func (s *Store) lanes(ctx context.Context, what, sql string, args ...any) ([]domain.LaneKey, error) {
@@ -616,7 +645,8 @@ func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
 	defer cancel()
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT pg_total_relation_size('jobs') + pg_total_relation_size('aquifer_schema_migrations')
-		+ pg_total_relation_size('aquifer_owners')`).Scan(&n); err != nil {
+		+ pg_total_relation_size('aquifer_owners') + pg_total_relation_size('aquifer_lanes')
+		+ pg_total_relation_size('aquifer_pool_members')`).Scan(&n); err != nil {
 		return 0, unavailable("postgres size", err)
 	}
 	return n, nil

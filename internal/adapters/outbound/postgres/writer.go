@@ -27,6 +27,7 @@ const (
 	opFinishDelivery
 	opRecover
 	opResetStale
+	opRecoverLane
 	opPurge
 )
 
@@ -42,6 +43,7 @@ type op struct {
 	finish   *ports.FinishParams
 	delivery *ports.FinishDeliveryParams
 	stale    *ports.ResetStaleParams
+	upstream domain.UpstreamKey
 	done     chan opResult
 }
 
@@ -455,8 +457,8 @@ func (s *Store) queue(b *pgx.Batch, o *op, r *opResult) error {
 	case opDelete:
 		b.Queue("DELETE FROM jobs WHERE id = $1", string(o.id)).Exec(notFoundIfNone)
 	case opMarkInFlight:
-		b.Queue(`UPDATE jobs SET status = 'in_flight', dispatched_at = $2, updated_at = $2
-			WHERE id = $1 AND status IN ('queued', 'in_flight')`, string(o.id), ms(o.at))
+		b.Queue(`UPDATE jobs SET status = 'in_flight', dispatched_at = $2, updated_at = $2, owner = $3
+			WHERE id = $1 AND status IN ('queued', 'in_flight')`, string(o.id), ms(o.at), s.opts.Owner)
 	case opRequeue:
 		p := o.requeue
 		switch p.Phase {
@@ -480,15 +482,20 @@ func (s *Store) queue(b *pgx.Batch, o *op, r *opResult) error {
 			status = domain.DeliveryFailed
 		}
 		b.Queue(`UPDATE jobs SET delivery_status = $2, delivery_attempts = $3, delivery_response = $4,
-			delivery_reason = $5, updated_at = $6, ready_lane = '',
+			delivery_reason = $5, updated_at = $6, ready_lane = '', owner = $9,
 			expires_at = $6 + CASE status WHEN 'completed' THEN $7::bigint ELSE $8::bigint END
 			WHERE id = $1 AND delivery_status = 'pending'`,
 			string(o.id), string(status), p.Attempts, p.Response, text(p.Reason), ms(p.Now),
-			domain.CompletedTTL.Milliseconds(), domain.FailedTTL.Milliseconds()).Exec(notFoundIfNone)
+			domain.CompletedTTL.Milliseconds(), domain.FailedTTL.Milliseconds(), s.opts.Owner).Exec(notFoundIfNone)
 	case opRecover:
 		b.Queue(`UPDATE jobs SET status = 'queued', updated_at = $2
-			WHERE owner = ANY (`+mineOrDead("$1")+`) AND ready_lane <> '' AND status = 'in_flight'`,
+			WHERE `+mineOrDead("$1")+` AND ready_lane <> '' AND status = 'in_flight'`,
 			s.opts.Owner, ms(o.at)).Exec(func(ct pgconn.CommandTag) error {
+			r.n = ct.RowsAffected()
+			return nil
+		})
+	case opRecoverLane:
+		b.Queue(sqlRecoverLane, string(o.upstream), ms(o.at)).Exec(func(ct pgconn.CommandTag) error {
 			r.n = ct.RowsAffected()
 			return nil
 		})
@@ -499,7 +506,7 @@ func (s *Store) queue(b *pgx.Batch, o *op, r *opResult) error {
 			ids[i] = string(j.ID)
 		}
 		b.Queue(`UPDATE jobs SET status = 'queued', updated_at = $3, expires_at = $4
-			WHERE id = ANY ($2) AND owner = ANY (`+mineOrDead("$1")+`)
+			WHERE id = ANY ($2) AND `+mineOrDead("$1")+`
 			AND status = 'in_flight' AND dispatched_at < $5
 			RETURNING id`,
 			s.opts.Owner, ids, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)), ms(p.DispatchedBefore)).Query(func(rows pgx.Rows) error {
@@ -539,7 +546,7 @@ func (s *Store) queue(b *pgx.Batch, o *op, r *opResult) error {
 
 // sqlFinish records the terminal status of a job that is not terminal yet
 // and, when a receiver lane is given, makes its delivery due there with a new
-// ready_seq, owned by this process. It returns that ready_seq (NULL when no
+// ready_seq; the job's owner becomes this process. It returns that ready_seq (NULL when no
 // row changed: the job is gone or already terminal) and whether the job
 // exists.
 const sqlFinish = `WITH u AS (
