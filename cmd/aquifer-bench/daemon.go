@@ -37,6 +37,13 @@ type upstreamRate struct {
 // startDaemon starts a fresh aquiferd with its own data directory and a
 // config file giving the listed upstreams their rates.
 func startDaemon(ctx context.Context, o options, rates []upstreamRate) (*daemon, error) {
+	return startDaemonWith(ctx, o, rates, "", nil)
+}
+
+// startDaemonWith is startDaemon with a given Postgres schema ("" = a fresh
+// one, dropped at stop; a given one is left for the caller to drop) and
+// extra environment.
+func startDaemonWith(ctx context.Context, o options, rates []upstreamRate, pgSchema string, extraEnv []string) (*daemon, error) {
 	if o.addr != "" {
 		return &daemon{url: strings.TrimRight(o.addr, "/")}, nil
 	}
@@ -67,9 +74,14 @@ func startDaemon(ctx context.Context, o options, rates []upstreamRate) (*daemon,
 	storeEnv := []string{"AQUIFER_DATA_DIR=" + filepath.Join(dir, "data")}
 	switch o.store {
 	case "postgres":
-		schema = "aqbench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		storeEnv = append(storeEnv, "AQUIFER_POSTGRES_DSN="+o.pgDSN, "AQUIFER_POSTGRES_SCHEMA="+schema)
+		use := pgSchema
+		if use == "" {
+			schema = "aqbench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			use = schema
+		}
+		storeEnv = append(storeEnv, "AQUIFER_POSTGRES_DSN="+o.pgDSN, "AQUIFER_POSTGRES_SCHEMA="+use)
 	}
+	storeEnv = append(storeEnv, extraEnv...)
 	cmd.Env = append(append(os.Environ(), storeEnv...),
 		"PORT="+strconv.Itoa(port),
 		"AQUIFER_HOST=127.0.0.1",

@@ -65,7 +65,7 @@ func main() {
 	flag.IntVar(&o.jobs, "n", 20000, "jobs per scenario")
 	flag.IntVar(&o.clients, "c", 64, "concurrent clients")
 	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
-	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness (comma-separated) or all")
+	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, cluster (comma-separated) or all; cluster needs Postgres and uses at most 1,000 jobs")
 	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
 	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon: sqlite, pebble or postgres; a comma-separated list runs each scenario on each")
 	flag.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
@@ -79,7 +79,7 @@ func main() {
 	flag.IntVar(&o.quiet5, "quiet-jobs", 5, "jobs the quiet tenant sends in the fairness scenario")
 	flag.Parse()
 	if scen == "all" {
-		scen = "ceiling,ingest,e2e,backlog,pacing,fairness"
+		scen = "ceiling,ingest,e2e,backlog,pacing,fairness,cluster"
 	}
 	for _, s := range strings.Split(scen, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -101,9 +101,18 @@ func run(ctx context.Context, o options) error {
 		results  []result
 		paced    []pacingResult
 		fairness []fairnessResult
+		cluster  *clusterResult
 	)
 	stores := strings.Split(o.store, ",")
 	for _, s := range o.scenarios {
+		if s == "cluster" { // Postgres only, once
+			r, err := runCluster(ctx, o)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+			cluster = r
+			continue
+		}
 		if s == "ceiling" { // the same for every store: once
 			r, err := runCeiling(ctx, o)
 			if err != nil {
@@ -152,6 +161,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if len(fairness) > 0 {
 		printFairness(os.Stdout, fairness)
+	}
+	if cluster != nil {
+		printCluster(os.Stdout, cluster)
 	}
 	return nil
 }
