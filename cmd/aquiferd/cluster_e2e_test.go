@@ -208,3 +208,87 @@ func holds(t *testing.T, base, lane string) bool {
 	}
 	return false
 }
+
+// TestClusterStreamsFromAnyInstance follows, over SSE on one process, a job
+// that another process dispatches (events travel by LISTEN/NOTIFY), and
+// registers a pool member through one process for a pool job submitted to
+// the other.
+func TestClusterStreamsFromAnyInstance(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		fmt.Fprint(w, "from the holder")
+	}))
+	defer target.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	schema := postgresSchema(t)
+	dir := t.TempDir()
+	envFor := func(id string) []string {
+		return []string{"AQUIFER_DATA_DIR=" + filepath.Join(dir, id), "AQUIFER_STORE_BACKEND=postgres",
+			"AQUIFER_POSTGRES_DSN=" + testDatabaseURL(), "AQUIFER_POSTGRES_SCHEMA=" + schema, "AQUIFER_INSTANCE_ID=" + id}
+	}
+	a := startDaemon(t, envFor("a"))
+	b := startDaemon(t, envFor("b"))
+	ids := submitJobs(t, a.url, 1, 1, func(int) string {
+		return fmt.Sprintf(`{"user_id":"u","idempotent_key":"s1","url":%q}`, target.URL+"/slow")
+	})
+	resp, err := http.Get(b.url + "/jobs/" + ids[0] + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	close(release)
+	body := make(chan string, 1)
+	go func() {
+		raw, _ := io.ReadAll(resp.Body) // the stream ends with the terminal event
+		body <- string(raw)
+	}()
+	select {
+	case s := <-body:
+		if !strings.Contains(s, "event: completed") || !strings.Contains(s, "from the holder") {
+			t.Fatalf("stream on the other instance: %q", s)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the other instance's stream never saw the job complete")
+	}
+
+	// Pool membership is shared: register through b, submit through a.
+	member := newRecorder(t, func(*http.Request, []byte) string { return "m" })
+	reg, err := http.Post(b.url+"/pools/shared/members", "application/json", strings.NewReader(
+		fmt.Sprintf(`{"member_id":"m1","address":%q,"capacity_rps":20}`, member.URL+"/work")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Body.Close()
+	pj := submitJobs(t, a.url, 1, 1, func(int) string { return `{"user_id":"u","idempotent_key":"p1","pool_id":"shared"}` })
+	deadline := time.Now().Add(30 * time.Second)
+	for member.count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool job %s never reached the member registered through the other instance", pj[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, base := range []string{a.url, b.url} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			h := getJSON(t, base+"/health")
+			pools, _ := h["pools"].(map[string]any)
+			if _, ok := pools["shared"]; ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s does not list the shared pool: %v", base, pools)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
