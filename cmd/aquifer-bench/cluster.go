@@ -177,4 +177,3 @@ func printCluster(w io.Writer, r *clusterResult) {
 	fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%s\t%s\t%d\t%d\t\n", r.jobs, r.aggregate, r.peak, ok, r.takeover.Round(10*time.Millisecond), r.lost, r.repeated)
 	tw.Flush()
 }
-

@@ -191,7 +191,7 @@ func (a *aquiferRun) counts() outcomeCounts { return a.recv.counts() }
 // reputations maps member id → reputation; evicted members are missing.
 func (a *aquiferRun) reputations() map[string]float64 {
 	out := map[string]float64{}
-	for _, m := range a.svc.Pools()[a.o.pool].Members {
+	for _, m := range a.svc.Pools(context.Background())[a.o.pool].Members {
 		out[m.ID] = m.Reputation
 	}
 	return out

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,11 +23,14 @@ import (
 
 	a2aagent "github.com/aquiferhq/aquifer/internal/adapters/inbound/a2a"
 	httpapi "github.com/aquiferhq/aquifer/internal/adapters/inbound/http"
+	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
 	mcpadapter "github.com/aquiferhq/aquifer/internal/adapters/inbound/mcp"
 	"github.com/aquiferhq/aquifer/internal/adapters/inbound/proxy"
 	"github.com/aquiferhq/aquifer/internal/adapters/outbound/egress"
+	prommetrics "github.com/aquiferhq/aquifer/internal/adapters/outbound/prometheus"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/config"
+	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/l8"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
@@ -49,6 +55,18 @@ func Run(ctx context.Context, args []string, lookup config.LookupEnv, stdout, st
 	if *showVersion {
 		fmt.Fprintf(stdout, "aquiferd %s\n", Version)
 		return nil
+	}
+	switch cmd := fs.Arg(0); cmd {
+	case "":
+	case "hash-key":
+		return hashKey(fs.Args()[1:], stdout)
+	case "check-config":
+		return checkConfig(lookup, stdout)
+	case "version":
+		fmt.Fprintf(stdout, "aquiferd %s\n", Version)
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q (commands: check-config, hash-key, version; see aquiferd -help)", cmd)
 	}
 
 	cfg, err := config.Load(lookup)
@@ -80,6 +98,8 @@ type daemon struct {
 	ln    net.Listener
 	mcp   *mcpadapter.Server // nil unless mcp-http or mcp-stdio runs
 	agent *a2aagent.Agent    // nil unless a2a runs
+	// metrics serves GET /metrics (nil when AQUIFER_METRICS=off).
+	metrics *prommetrics.Metrics
 	// stdio is the MCP stdio transport (nil unless mcp-stdio runs): the
 	// process's stdin, and stdout, which carries nothing but protocol.
 	stdin  io.ReadCloser
@@ -98,9 +118,20 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 	if err != nil {
 		return nil, err
 	}
+	policy, err := domain.NewDestinationPolicy(cfg.Destinations)
+	if err != nil {
+		return nil, err
+	}
+	var metrics *prommetrics.Metrics
+	var appMetrics ports.Metrics // nil: the app counts nothing
+	if cfg.Metrics {
+		metrics = prommetrics.New(prommetrics.Options{})
+		appMetrics = metrics
+	}
 	svc, err := app.New(app.Config{
 		Store:            store,
-		Doer:             egress.NewClient(egress.Options{}),
+		Doer:             egress.NewClient(egress.Options{Policy: policy}),
+		Destinations:     cfg.Destinations,
 		Logger:           log,
 		Rates:            app.RateTable{Defaults: cfg.Rates.Defaults, Hosts: cfg.Rates.Upstreams},
 		RequestTimeout:   cfg.RequestTimeout,
@@ -117,12 +148,20 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 			DefaultCooldown: cfg.ProxyBreakerCooldown, ORCAThreshold: cfg.ProxyORCAThreshold},
 		Drain: app.DrainConfig{Enabled: cfg.DrainEnabled, WebhookURL: cfg.DrainWebhookURL, Idle: cfg.DrainIdle,
 			PageSize: cfg.DrainPageSize},
+		Metrics: appMetrics,
+		Tenants: appTenants(cfg.Tenants),
 	})
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	d := &daemon{cfg: cfg, log: log, store: store, svc: svc}
+	if metrics != nil {
+		if err := metrics.CollectHealth(svc.Health); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	d := &daemon{cfg: cfg, log: log, store: store, svc: svc, metrics: metrics}
 	if cfg.HasAdapter("mcp-stdio") {
 		d.stdin, d.stdout = os.Stdin, stdout
 	}
@@ -138,8 +177,9 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 // serves /health; mcp-stdio speaks MCP on stdin/stdout.
 func (d *daemon) buildAdapters() error {
 	cfg, log := d.cfg, d.log
+	auth := tenantAuth(cfg.Tenants)
 	d.api = httpapi.New(d.svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, PoolToken: cfg.PoolToken, Logger: log,
-		HealthOnly: !cfg.HasAdapter("http")})
+		HealthOnly: !cfg.HasAdapter("http"), Auth: auth})
 	if cfg.HasAdapter("mcp-http") || cfg.HasAdapter("mcp-stdio") {
 		d.mcp = mcpadapter.New(d.svc, mcpadapter.Options{Version: Version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 	}
@@ -149,12 +189,15 @@ func (d *daemon) buildAdapters() error {
 	// One chi router for every HTTP adapter: exact routing (no redirects for
 	// "//jobs" or "/a/../b") and a JSON error for anything unrouted.
 	mux := d.api.Router()
+	if d.metrics != nil {
+		mux.Get("/metrics", d.metrics.Handler().ServeHTTP)
+	}
 	if cfg.HasAdapter("http") {
 		d.proxy = proxy.New(d.svc, proxy.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
-		mux.Handle("/proxy", d.proxy) // POST only; the handler answers 405 otherwise
+		mux.Handle("/proxy", auth.Middleware(d.proxy)) // POST only; the handler answers 405 otherwise
 	}
 	if cfg.HasAdapter("mcp-http") {
-		mux.Handle("/mcp", d.mcp.HTTPHandler())
+		mux.Handle("/mcp", auth.Middleware(d.mcp.HTTPHandler()))
 	}
 	if cfg.HasAdapter("a2a") {
 		agent, err := a2aagent.New(d.svc, a2aagent.Options{
@@ -169,7 +212,7 @@ func (d *daemon) buildAdapters() error {
 		}
 		d.agent = agent
 		mux.Handle(a2aagent.CardPath, agent.CardHandler())
-		mux.Handle(a2aagent.JSONRPCPath, agent.JSONRPCHandler())
+		mux.Handle(a2aagent.JSONRPCPath, auth.Middleware(agent.JSONRPCHandler()))
 	}
 	d.srv = httpapi.NewServer(mux, httpapi.ServerOptions{}, log)
 	// Long-lived responses (SSE, MCP streams and long-polls, A2A streams)
@@ -215,8 +258,14 @@ func (d *daemon) serve(ctx context.Context) error {
 	if d.agent != nil {
 		d.log.Info("A2A agent card", zap.String("url", d.agent.Card().URL))
 	}
-	if d.cfg.PoolToken == "" && d.cfg.HasAdapter("http") {
-		d.log.Warn("pool endpoints are open: anyone who can reach Aquifer can register a pool member and receive pool jobs; set AQUIFER_POOL_TOKEN")
+	switch {
+	case len(d.cfg.Tenants) > 0:
+		d.log.Info("API keys required: every job, pool and stream endpoint is scoped to its key's tenant", zap.Int("tenants", len(d.cfg.Tenants)))
+	default:
+		d.log.Warn("open mode: no tenants are configured, so anyone who can reach Aquifer can submit jobs and read every job; configure tenants (API keys) in the YAML file")
+		if d.cfg.PoolToken == "" && d.cfg.HasAdapter("http") {
+			d.log.Warn("pool endpoints are open: anyone who can reach Aquifer can register a pool member and receive pool jobs; set AQUIFER_POOL_TOKEN")
+		}
 	}
 	if d.cfg.MemoryLimitMB == 0 {
 		d.log.Warn("no memory limit set: under sustained overload memory grows until the OS intervenes; set AQUIFER_MEMORY_LIMIT_MB to shed load with 429s instead")
@@ -296,6 +345,80 @@ func (d *daemon) shutdown() error {
 	return errors.Join(errs...)
 }
 
+// hashKey prints the key_sha256 of an API key for the tenants: list; with
+// no key given it makes a new random one and prints both.
+func hashKey(args []string, stdout io.Writer) error {
+	switch len(args) {
+	case 0:
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		key := "aq_" + base64.RawURLEncoding.EncodeToString(b)
+		fmt.Fprintf(stdout, "key:        %s\nkey_sha256: %s\n", key, config.HashKey(key))
+		fmt.Fprintln(stdout, "Give the key to the tenant; put only key_sha256 in the tenants: list.")
+	case 1:
+		fmt.Fprintln(stdout, config.HashKey(args[0]))
+	default:
+		return errors.New("usage: aquiferd hash-key [KEY]")
+	}
+	return nil
+}
+
+// checkConfig loads and validates the configuration (environment and
+// CONFIG_PATH) without starting anything, and says what it would run.
+func checkConfig(lookup config.LookupEnv, stdout io.Writer) error {
+	cfg, err := config.Load(lookup)
+	if err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	rates := app.RateTable{Defaults: cfg.Rates.Defaults, Hosts: cfg.Rates.Upstreams}
+	if err := rates.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	if cfg.L8PrivateKey == "" {
+		if raw, err := os.ReadFile(cfg.L8KeyPath); err == nil && len(raw) != 64 {
+			return fmt.Errorf("invalid configuration:\nL8 key file %s holds %d bytes, want 64", cfg.L8KeyPath, len(raw))
+		}
+	}
+	src := "environment only"
+	if cfg.ConfigPath != "" {
+		src = cfg.ConfigPath
+	}
+	fmt.Fprintf(stdout, "configuration OK (%s)\n", src)
+	fmt.Fprintf(stdout, "  store:     %s", cfg.StoreBackend)
+	if cfg.StoreBackend != "postgres" {
+		fmt.Fprintf(stdout, " at %s", cfg.DBPath)
+	}
+	fmt.Fprintf(stdout, "\n  listen:    %s:%d (adapters %s)\n", cfg.Host, cfg.Port, strings.Join(cfg.Adapters, ","))
+	fmt.Fprintf(stdout, "  pacing:    default %g rps / %d concurrent, %d destinations configured\n",
+		cfg.Rates.Defaults.RPS, cfg.Rates.Defaults.MaxConcurrent, len(cfg.Rates.Upstreams))
+	if len(cfg.Tenants) > 0 {
+		fmt.Fprintf(stdout, "  tenants:   %d (API keys required)\n", len(cfg.Tenants))
+	} else {
+		fmt.Fprintln(stdout, "  tenants:   none (open mode: anyone who can reach Aquifer can use it)")
+	}
+	return nil
+}
+
+// appTenants converts the configured tenants for the core.
+func appTenants(ts []config.Tenant) []app.Tenant {
+	out := make([]app.Tenant, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, app.Tenant{Name: t.Name, MaxQueued: t.MaxQueued, Rates: t.Upstreams, Destinations: t.Destinations})
+	}
+	return out
+}
+
+// tenantAuth is the API-key check shared by every HTTP adapter.
+func tenantAuth(ts []config.Tenant) *httpkit.Auth {
+	hashes := make(map[string]string, len(ts))
+	for _, t := range ts {
+		hashes[t.Name] = t.KeySHA256
+	}
+	return httpkit.NewAuth(hashes)
+}
+
 // loadL8 loads (or creates) Aquifer's signing identity and opens the trust
 // directory.
 func loadL8(cfg *config.Config, log *zap.Logger) (app.L8Config, error) {
@@ -344,7 +467,13 @@ func newLogger(cfg *config.Config, w io.Writer) (*zap.Logger, error) {
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprintf(w, "aquiferd %s — durable, rate-paced HTTP job queue\n\nUsage: aquiferd [flags]\n\nFlags:\n", Version)
+	fmt.Fprintf(w, "aquiferd %s — durable, rate-paced HTTP job queue\n\nUsage: aquiferd [flags] [command]\n\n", Version)
+	fmt.Fprintln(w, "Commands:")
+	fmt.Fprintln(w, "  (none)         run the daemon")
+	fmt.Fprintln(w, "  check-config   validate the configuration (environment and CONFIG_PATH) and exit")
+	fmt.Fprintln(w, "  hash-key [KEY] print the key_sha256 of an API key for the tenants: list (no KEY: make a new one)")
+	fmt.Fprintln(w, "  version        print the version")
+	fmt.Fprintln(w, "\nFlags:")
 	fs.PrintDefaults()
 	fmt.Fprintln(w, "\nSettings (environment variable, YAML key in CONFIG_PATH, default):")
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

@@ -471,7 +471,7 @@ func TestClusterSharedPools(t *testing.T) {
 	}
 	for _, svc := range []*app.Service{a, b} {
 		waitFor(t, "both processes to list the member with its success", func() bool {
-			p, ok := svc.Pools()["p"]
+			p, ok := svc.Pools(t.Context())["p"]
 			return ok && len(p.Members) == 1 && p.Members[0].Successes == 1
 		})
 	}
@@ -479,6 +479,6 @@ func TestClusterSharedPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, svc := range []*app.Service{a, b} {
-		waitFor(t, "the leave to reach both processes", func() bool { _, ok := svc.Pools()["p"]; return !ok })
+		waitFor(t, "the leave to reach both processes", func() bool { _, ok := svc.Pools(t.Context())["p"]; return !ok })
 	}
 }

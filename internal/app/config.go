@@ -83,6 +83,13 @@ type Config struct {
 	// refreshed while anybody uses them. Default 1s.
 	LoadRefresh time.Duration
 
+	// Tenants are the API-key tenants; none means open mode.
+	Tenants []Tenant
+
+	// Destinations are the global destination rules: checked at submission
+	// here, and at dial time by the Doer (which is given the same rules).
+	Destinations domain.DestinationRules
+
 	// Proxy tunes edge-proxy mode (Service.Proxy).
 	Proxy ProxyConfig
 
@@ -235,6 +242,19 @@ func (t RateTable) For(u domain.UpstreamKey) domain.Rate {
 		return r
 	}
 	return def
+}
+
+// lookup returns the entry for u, if the table has one (defaults aside).
+func (t RateTable) lookup(u domain.UpstreamKey) (domain.Rate, bool) {
+	if u.IsPool() || len(t.Hosts) == 0 {
+		return domain.Rate{}, false
+	}
+	hostPort, host := u.Host()
+	if r, ok := t.Hosts[hostPort]; ok {
+		return r, true
+	}
+	r, ok := t.Hosts[host]
+	return r, ok
 }
 
 // Validate checks every entry.

@@ -23,6 +23,7 @@ type dispatcher struct {
 	pools   *pools
 	trust   *trustManager // nil when deliveries are not signed
 	cluster *clusterState // nil unless the store is shared by several processes
+	tenants *tenancy      // nil without API-key tenants
 
 	mu       sync.RWMutex // guards lanes, started, stopping
 	lanes    map[domain.UpstreamKey]*lane

@@ -61,6 +61,7 @@ func (o *outcome) metricOutcome() string {
 type attemptResult struct {
 	result    *domain.Result
 	retryable bool
+	denied    bool // the destination rules refused the connection: fail, do not retry
 	signals   pacing.Signals
 	observed  bool
 }
@@ -139,7 +140,9 @@ func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string, target st
 	if n == 1 && j.Deferrals == 0 {
 		d.publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: n})
 	}
-	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) { return buildRequest(ctx, j, target) })
+	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) {
+		return buildRequest(d.policyCtx(ctx, j), j, target)
+	})
 	stopMark()
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
@@ -163,7 +166,7 @@ func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string, target st
 		return d.requeue(j, domain.PhaseDispatch, n, j.Deferrals, ar, outcomeRetry, d.cfg.Clock.Now().Add(d.retryDelay(n, ar)))
 	}
 	status := domain.StatusCompleted
-	if ar.retryable {
+	if ar.retryable || ar.denied {
 		status = domain.StatusFailed
 	}
 	d.finish(j, status, n, ar.result)
@@ -211,6 +214,7 @@ func (d *dispatcher) deliverAttempt(j *domain.Job, flowRate []string) (o *outcom
 		return &outcome{job: j, kind: outcomeDone}
 	}
 	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) {
+		ctx = d.policyCtx(ctx, j)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.WebhookURL, bytes.NewReader(body))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
@@ -254,6 +258,12 @@ func (d *dispatcher) send(flowRate []string, build func(ctx context.Context) (*h
 	d.decorate(req, flowRate)
 	resp, err := d.cfg.Doer.Do(req)
 	if err != nil {
+		var denied *domain.DestinationDeniedError
+		if errors.As(err, &denied) {
+			// The destination resolved to an address the rules forbid: no
+			// retry changes that.
+			return attemptResult{result: &domain.Result{Reason: domain.PublicMessage(denied)}, denied: true}
+		}
 		return attemptResult{result: &domain.Result{Reason: transportReason(err, ctx)}, retryable: true}
 	}
 	defer resp.Body.Close()
@@ -306,6 +316,15 @@ func (d *dispatcher) decorate(req *http.Request, flowRate []string) {
 	if _, ok := req.Header[hdrORCAFormat]; !ok {
 		req.Header[hdrORCAFormat] = orcaFormatValue
 	}
+}
+
+// policyCtx returns ctx carrying the destination policy of j's tenant
+// (the global policy applies otherwise).
+func (d *dispatcher) policyCtx(ctx context.Context, j *domain.Job) context.Context {
+	if d.tenants == nil {
+		return ctx
+	}
+	return domain.WithDestinationPolicy(ctx, d.tenants.policy(domain.TenantOfJob(j)))
 }
 
 // buildRequest makes the outbound request for one attempt of j to target.
@@ -425,6 +444,9 @@ func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status dom
 		ev = domain.EventFailed
 	}
 	d.cfg.Metrics.JobFinished(string(j.Upstream()), string(status))
+	if d.tenants != nil {
+		d.tenants.finished(domain.TenantOfJob(j))
+	}
 	d.publish(domain.Event{Type: ev, JobID: j.ID, Attempt: attempts, Result: res})
 	if readySeq > 0 {
 		// Hand the delivery to the receiver's lane. A copy: the lane that ran

@@ -12,6 +12,9 @@ import (
 type Health struct {
 	// Status is "ok" when the store answers, "degraded" otherwise.
 	Status string `json:"status"`
+	// Auth is "open" (no API-key tenants: anyone who reaches Aquifer may
+	// use it) or "api_keys".
+	Auth string `json:"auth"`
 	// L8 identity, present when deliveries are signed.
 	L8Protocol          string `json:"l8_protocol,omitempty"`
 	L8PublicKey         string `json:"l8_public_key,omitempty"`
@@ -86,7 +89,14 @@ func (s *Service) Health(ctx context.Context) *Health {
 	}
 	sort.Slice(h.Lanes, func(i, j int) bool { return h.Lanes[i].Lane < h.Lanes[j].Lane })
 	h.Admission = s.adm.health(ctx, s.cfg.MaxBodyBytes)
-	h.Pools = s.pools.snapshot()
+	h.Auth = "open"
+	if s.tenants != nil {
+		// /health is unauthenticated: tenants' pools are listed only to
+		// their tenants (GET /pools).
+		h.Auth, h.Pools = "api_keys", map[string]PoolHealth{}
+	} else {
+		h.Pools = s.pools.snapshot()
+	}
 	h.Proxy = s.proxyHealth()
 	if s.drain != nil {
 		h.Drain = s.drain.health()

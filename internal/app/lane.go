@@ -253,6 +253,9 @@ func (l *lane) queue(key domain.LaneKey) *queue {
 	q := l.queues[key]
 	if q == nil {
 		q = &queue{key: key, inMem: make(map[int64]struct{}), avoid: make(map[int64]string), stale: true}
+		if r, ok := l.d.queueCap(key); ok {
+			q.limiter, q.maxRunning = newQueueLimiter(r), r.MaxConcurrent
+		}
 		l.queues[key] = q
 		l.order = append(l.order, q)
 	}
@@ -374,6 +377,9 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 			}
 			return wait + pacing.Jitter(l.limiter.Interval(), l.d.cfg.Rand)
 		}
+		if q.limiter != nil {
+			q.limiter.Take(now) // underCap checked it has room
+		}
 		j := q.pop()
 		if j.Phase() == domain.PhaseDispatch && !l.d.beginDispatch(j) {
 			// Cancelled since it was picked, or running already (held by
@@ -419,7 +425,7 @@ func (l *lane) pick(now time.Time) *queue {
 		for len(q.window) > 0 && (q.window[0].Expired(now) || l.d.isCanceled(q.window[0])) {
 			q.forget(q.pop().ReadySeq)
 		}
-		if len(q.window) > 0 && !now.Before(q.pausedUntil) {
+		if len(q.window) > 0 && !now.Before(q.pausedUntil) && q.underCap(now) {
 			l.next = (l.next + i + 1) % n
 			return q
 		}
@@ -629,7 +635,11 @@ type queue struct {
 	fetchAt      time.Time
 	pausedUntil  time.Time // the destination asked this queue to wait
 	running      int
-	idleSince    time.Time
+	// A capped tenant's queue (its own pace inside the lane's budget):
+	// limiter nil otherwise.
+	limiter    *pacing.Limiter
+	maxRunning int
+	idleSince  time.Time
 }
 
 // accept takes work handed over right after its commit, if the queue is
@@ -661,6 +671,12 @@ func (q *queue) markStale(floor int64) {
 	}
 	q.stale = true
 	q.cursor = min(q.cursor, floor)
+}
+
+// underCap reports whether a capped tenant's queue may start one more
+// attempt now (always true for other queues).
+func (q *queue) underCap(now time.Time) bool {
+	return q.limiter == nil || (q.running < q.maxRunning && q.limiter.Wait(now) == 0)
 }
 
 // forget drops finished work from the queue's memory. A read running now
@@ -719,6 +735,9 @@ func (q *queue) nextWake(now time.Time, idleTimeout time.Duration) time.Duration
 	}
 	if len(q.window) > 0 && now.Before(q.pausedUntil) {
 		w = minPositive(w, q.pausedUntil.Sub(now))
+	}
+	if len(q.window) > 0 && q.limiter != nil {
+		w = minPositive(w, q.limiter.Wait(now))
 	}
 	if q.idle() && !q.idleSince.IsZero() {
 		w = minPositive(w, max(idleTimeout-now.Sub(q.idleSince), time.Millisecond))

@@ -66,7 +66,7 @@ func TestPoolFailoverAndShareOfAFailingMember(t *testing.T) {
 		t.Fatalf("the failing member still got %d requests for 90 jobs; its share should fall", after)
 	}
 	var rep float64 = -1
-	for _, m := range b.svc.Pools()["readers"].Members {
+	for _, m := range b.svc.Pools(t.Context())["readers"].Members {
 		if m.ID == "flaky" {
 			rep = m.Reputation
 		}

@@ -240,7 +240,7 @@ func (s *Service) proxyHealth() map[string]ProxyHealth {
 // carries. A destination stays in queue mode while the breaker is open and
 // for as long as it has a backlog.
 func (s *Service) Proxy(ctx context.Context, req *domain.JobRequest) (*ProxyResult, error) {
-	job, err := s.prepare(req)
+	job, err := s.prepare(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +331,7 @@ func (s *Service) proxyDirect(ctx context.Context, job *domain.Job) (*ProxyResul
 	// the client leaves, the answer is still recorded.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 	headerTimer := time.AfterFunc(cfg.DirectTimeout, cancel)
-	httpReq, err := buildRequest(actx, job, job.URL)
+	httpReq, err := buildRequest(s.d.policyCtx(actx, job), job, job.URL)
 	if err != nil {
 		headerTimer.Stop()
 		cancel()
@@ -343,6 +343,18 @@ func (s *Service) proxyDirect(ctx context.Context, job *domain.Job) (*ProxyResul
 		// The direct deadline passed just as the answer came: too late.
 		resp.Body.Close()
 		err = context.DeadlineExceeded
+	}
+	var denied *domain.DestinationDeniedError
+	if errors.As(err, &denied) {
+		// The destination resolved to a forbidden address: the job fails
+		// (no queue would change that) and the caller hears why.
+		cancel()
+		defer s.d.endDispatch(job.ID)
+		if ferr := s.d.commitFinish(context.WithoutCancel(ctx), job, domain.StatusFailed, 1,
+			&domain.Result{Reason: domain.PublicMessage(denied)}); ferr != nil {
+			s.log.Error("recording a refused proxied job failed", zap.String("job_id", string(job.ID)), zap.Error(ferr))
+		}
+		return nil, denied
 	}
 	if err != nil {
 		cancel()

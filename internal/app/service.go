@@ -29,6 +29,8 @@ type Service struct {
 	drain  *drainer // nil unless drain mode is on
 	// poolKick asks for a pool membership sync now (shared stores).
 	poolKick chan struct{}
+	tenants  *tenancy                  // nil without API-key tenants
+	policy   *domain.DestinationPolicy // the global destination rules
 
 	// modes holds each upstream's account-queue mode (true: one queue per
 	// tenant). It lives as long as the process, not the lane.
@@ -64,6 +66,17 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.poolKick = make(chan struct{}, 1)
 	s.d = newDispatcher(cfg, s.broker, cs)
+	global, err := domain.NewDestinationPolicy(cfg.Destinations)
+	if err != nil {
+		return nil, err
+	}
+	s.policy = global
+	if len(cfg.Tenants) > 0 {
+		if s.tenants, err = newTenancy(cfg.Tenants, cfg.Destinations, cfg.Store, cfg.Clock); err != nil {
+			return nil, err
+		}
+		s.d.tenants = s.tenants
+	}
 	s.load = newLoadGauge(cfg.Store, s.d, s.log)
 	s.d.load = s.load
 	s.adm = newAdmission(cfg.Admission, cfg.Store, cfg.Clock)
@@ -154,7 +167,7 @@ type EnqueueResult struct {
 // *domain.RejectedError — except a duplicate of an accepted job, which is
 // answered as a duplicate even under pressure.
 func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*EnqueueResult, error) {
-	job, err := s.prepare(req)
+	job, err := s.prepare(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +179,29 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 		s.d.offer(stored)
 	}
 	return s.result(stored, !fresh), nil
+}
+
+// checkDestinations refuses a job whose url or webhook_url the destination
+// rules forbid, when that can be known before dialing (literal addresses,
+// denied names); addresses names resolve to are checked at dial time.
+func (s *Service) checkDestinations(tenant, url, webhookURL string) error {
+	if url != "" {
+		if err := s.checkDestination(tenant, "url", url); err != nil {
+			return err
+		}
+	}
+	if webhookURL != "" {
+		return s.checkDestination(tenant, "webhook_url", webhookURL)
+	}
+	return nil
+}
+
+func (s *Service) checkDestination(tenant, field, url string) error {
+	p := s.policy
+	if tp := s.tenants.policy(tenant); tp != nil {
+		p = tp
+	}
+	return p.CheckURL(field, url)
 }
 
 // countSubmission tells Metrics how a submission ended.
@@ -184,11 +220,19 @@ func (s *Service) countSubmission(job *domain.Job, fresh bool, err error) {
 
 // prepare validates req, applies its account-queue switch and builds the
 // job it asks for.
-func (s *Service) prepare(req *domain.JobRequest) (*domain.Job, error) {
+func (s *Service) prepare(ctx context.Context, req *domain.JobRequest) (*domain.Job, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	tenant := TenantFrom(ctx)
+	if err := s.checkDestinations(tenant, req.URL, req.WebhookURL); err != nil {
+		return nil, err
+	}
+	scopeRequest(tenant, req)
 	upstream := req.Upstream()
+	if req.PoolID != "" {
+		upstream = domain.PoolUpstream(req.PoolID) // scoped: each tenant's pools are its own
+	}
 	switch req.AccountQueue {
 	case domain.AccountQueueEnabled:
 		s.modes.Store(upstream, true)
@@ -198,6 +242,9 @@ func (s *Service) prepare(req *domain.JobRequest) (*domain.Job, error) {
 	lane := domain.SharedLane(upstream)
 	if on, _ := s.modes.Load(upstream); on == true {
 		lane = domain.TenantLane(upstream, domain.TenantOf(req.UserID, req.Headers))
+	}
+	if _, capped := s.tenants.rateFor(tenant, upstream); capped {
+		lane = tenantQueue(upstream, tenant) // its own queue, paced by its cap
 	}
 	id := req.ID
 	if id == "" {
@@ -211,6 +258,15 @@ func (s *Service) prepare(req *domain.JobRequest) (*domain.Job, error) {
 // even under pressure. It does not hand the job to its lane.
 func (s *Service) store(ctx context.Context, job *domain.Job) (stored *domain.Job, fresh bool, err error) {
 	defer func() { s.countSubmission(job, fresh, err) }()
+	tenant := domain.TenantOfJob(job)
+	if tenant != "" && s.tenants != nil {
+		if qerr := s.tenants.admit(ctx, tenant); qerr != nil {
+			if existing, lerr := s.cfg.Store.Lookup(ctx, job.UserID, job.IdempotentKey); lerr == nil {
+				return existing, false, nil // a duplicate is answered even over quota
+			}
+			return nil, false, qerr
+		}
+	}
 	if rej := s.adm.check(ctx); rej != nil {
 		existing, err := s.cfg.Store.Lookup(ctx, job.UserID, job.IdempotentKey)
 		if err == nil {
@@ -229,6 +285,9 @@ func (s *Service) store(ctx context.Context, job *domain.Job) (stored *domain.Jo
 		s.adm.admitted()
 		if s.drain != nil {
 			s.drain.activity()
+		}
+		if tenant != "" && s.tenants != nil {
+			s.tenants.accepted(tenant)
 		}
 	}
 	return stored, fresh, nil
@@ -269,8 +328,14 @@ func (s *Service) Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	if err != nil {
 		return nil, storeErr("read job", err)
 	}
+	if !visible(ctx, j) {
+		return nil, domain.ErrNotFound // another tenant's job
+	}
 	if j.Status == domain.StatusQueued && s.d.isExecuting(id) {
 		j.Status = domain.StatusInFlight // see dispatcher.markInFlightLater
+	}
+	if TenantFrom(ctx) != "" {
+		j = j.Display() // as the tenant named it
 	}
 	return j, nil
 }
@@ -299,9 +364,12 @@ func (s *Service) Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, 
 // With a store shared by several processes, only the job's owner is sure to
 // hold it back; Cancel is meant for the process that accepted the job.
 func (s *Service) Cancel(ctx context.Context, id domain.JobID) (*domain.Job, error) {
-	j, err := s.Get(ctx, id)
+	j, err := s.Get(WithTenant(ctx, ""), id) // the stored job; visibility is checked next
 	if err != nil {
 		return nil, err
+	}
+	if !visible(ctx, j) {
+		return nil, domain.ErrNotFound
 	}
 	if conflict := cancelConflict(j); conflict != nil {
 		return nil, conflict
@@ -364,6 +432,12 @@ func (s *Service) RegisterMember(ctx context.Context, r *domain.MemberRegistrati
 	if err := r.Validate(); err != nil {
 		return false, err
 	}
+	if err := s.checkDestination(TenantFrom(ctx), "address", r.Address); err != nil {
+		return false, err
+	}
+	reg := *r
+	reg.PoolID = scopePool(ctx, r.PoolID) // a tenant's pools are its own
+	r = &reg
 	if s.d.cluster != nil {
 		return s.registerShared(ctx, r)
 	}
@@ -377,6 +451,7 @@ func (s *Service) RegisterMember(ctx context.Context, r *domain.MemberRegistrati
 
 // LeaveMember removes a member from a pool (graceful leave).
 func (s *Service) LeaveMember(ctx context.Context, poolID, memberID string) error {
+	poolID = scopePool(ctx, poolID)
 	if s.d.cluster != nil {
 		return s.leaveShared(ctx, poolID, memberID)
 	}
@@ -388,4 +463,6 @@ func (s *Service) LeaveMember(ctx context.Context, poolID, memberID string) erro
 }
 
 // Pools describes every pool and its members.
-func (s *Service) Pools() map[string]PoolHealth { return s.pools.snapshot() }
+func (s *Service) Pools(ctx context.Context) map[string]PoolHealth {
+	return poolsFor(ctx, s.pools.snapshot())
+}

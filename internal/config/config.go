@@ -113,6 +113,10 @@ type Config struct {
 	L8MissTTL time.Duration
 	// Rates is the pacing table: defaults and per-upstream ceilings.
 	Rates Rates
+	// Destinations are the global destination rules (YAML destinations:).
+	Destinations domain.DestinationRules
+	// Tenants are the API-key tenants (YAML tenants:); none means open.
+	Tenants []Tenant
 }
 
 // Rates is the pacing section of the YAML file.
@@ -340,6 +344,7 @@ var Settings = []Setting{
 			c.A2APublicURL = v
 			return nil
 		}},
+	denyPrivateSetting,
 }
 
 // AdapterNames are the accepted values of AQUIFER_ADAPTER.
@@ -402,6 +407,16 @@ func Load(lookup LookupEnv) (*Config, error) {
 	}
 	if err := loadRates(v, &cfg.Rates); err != nil {
 		errs = append(errs, err)
+	}
+	if err := loadDestinations(v, &cfg.Destinations); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.ConfigPath != "" {
+		tenants, err := loadTenants(cfg.ConfigPath)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		cfg.Tenants = tenants
 	}
 	errs = append(errs, cfg.finish(lookup)...)
 	if len(errs) > 0 {
@@ -474,7 +489,7 @@ func checkUnknownKeys(v *viper.Viper) []error {
 	keys := v.AllKeys()
 	sort.Strings(keys)
 	for _, k := range keys {
-		if known[k] || k == "defaults" || k == "upstreams" || strings.HasPrefix(k, "defaults::") || strings.HasPrefix(k, "upstreams::") {
+		if known[k] || k == "defaults" || k == "upstreams" || k == "tenants" || strings.HasPrefix(k, "defaults::") || strings.HasPrefix(k, "upstreams::") || isDestinationsKey(k) {
 			continue
 		}
 		errs = append(errs, fmt.Errorf("YAML key %s: unknown setting", strings.ReplaceAll(k, "::", ".")))

@@ -221,3 +221,12 @@ type LedgerEntry struct {
 	IdempotentKey string
 	Status        domain.Status
 }
+
+// TenantCounter is implemented by stores that can count one tenant's
+// unfinished jobs cheaply (an index range over the scoped user_id), for
+// tenant quotas. Stores without it are counted by the app itself.
+type TenantCounter interface {
+	// CountUnfinished returns the number of unexpired jobs whose user_id
+	// starts with userIDPrefix and whose status is queued or in_flight.
+	CountUnfinished(ctx context.Context, userIDPrefix string) (int64, error)
+}

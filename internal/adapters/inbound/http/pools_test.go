@@ -33,8 +33,8 @@ func TestRegisterMemberValidation(t *testing.T) {
 			t.Errorf("%s: error %q, want it to contain %q", c.name, m["error"], c.want)
 		}
 	}
-	if len(e.svc.Pools()) != 0 {
-		t.Fatalf("a rejected registration created a pool: %v", e.svc.Pools())
+	if len(e.svc.Pools(t.Context())) != 0 {
+		t.Fatalf("a rejected registration created a pool: %v", e.svc.Pools(t.Context()))
 	}
 }
 
@@ -92,7 +92,7 @@ func TestPoolTokenIsRequiredWhenSet(t *testing.T) {
 	}
 	resp, b := e.request(t, http.MethodDelete, "/pools/p/members/m", nil)
 	requireJSONError(t, resp, b, http.StatusUnauthorized)
-	if len(e.svc.Pools()) != 0 {
+	if len(e.svc.Pools(t.Context())) != 0 {
 		t.Fatal("an unauthorized registration got through")
 	}
 	resp, b = e.request(t, http.MethodPost, "/pools/p/members", member(body), "Authorization", "Bearer s3cret")

@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/l8"
@@ -28,7 +29,7 @@ type Core interface {
 	Health(ctx context.Context) *app.Health
 	RegisterMember(ctx context.Context, r *domain.MemberRegistration) (bool, error)
 	LeaveMember(ctx context.Context, poolID, memberID string) error
-	Pools() map[string]app.PoolHealth
+	Pools(ctx context.Context) map[string]app.PoolHealth
 	L8Metadata() *l8.Metadata
 	L8Challenge(ctx context.Context, c *l8.ChallengeRequest) (*l8.ChallengeResponse, error)
 }
@@ -44,6 +45,10 @@ type Options struct {
 	// PoolToken, when set, is required as "Authorization: Bearer <token>"
 	// on the pool endpoints (registration, heartbeat, leave, listing).
 	PoolToken string
+	// Auth, when it has tenants, requires an API key on every job and pool
+	// endpoint and scopes them to the key's tenant (the pool token is then
+	// not used). nil or empty: open.
+	Auth *httpkit.Auth
 	// HealthOnly serves /health alone (with JSON 404/405 for the rest): the
 	// REST API is off, other adapters are mounted on Router().
 	HealthOnly bool
@@ -85,15 +90,18 @@ func New(core Core, opts Options) *Handler {
 		h.mux = r
 		return h
 	}
-	r.Post("/jobs", h.postJob)
-	r.Get("/jobs/{id}", h.getJob)
-	r.Head("/jobs/{id}", h.getJob)
-	r.Delete("/jobs/{id}", h.cancelJob)
-	r.Get("/jobs/{id}/stream", h.streamJob)
-	r.Post("/pools/{pool_id}/members", h.registerMember)
-	r.Delete("/pools/{pool_id}/members/{member_id}", h.leaveMember)
-	r.Get("/pools", h.listPools)
-	r.Get("/pools/{pool_id}", h.getPool)
+	r.Group(func(r chi.Router) {
+		r.Use(opts.Auth.Middleware)
+		r.Post("/jobs", h.postJob)
+		r.Get("/jobs/{id}", h.getJob)
+		r.Head("/jobs/{id}", h.getJob)
+		r.Delete("/jobs/{id}", h.cancelJob)
+		r.Get("/jobs/{id}/stream", h.streamJob)
+		r.Post("/pools/{pool_id}/members", h.registerMember)
+		r.Delete("/pools/{pool_id}/members/{member_id}", h.leaveMember)
+		r.Get("/pools", h.listPools)
+		r.Get("/pools/{pool_id}", h.getPool)
+	})
 	r.Get("/.well-known/l8", h.l8Metadata)
 	r.Post("/l8/challenge", h.l8Challenge)
 	r.Get("/l8-spec", h.l8Spec)

@@ -68,8 +68,12 @@ func WriteDomainError(w http.ResponseWriter, r *http.Request, log *zap.Logger, e
 	}
 	body := ErrorBody{Error: domain.PublicMessage(err)}
 	var de *domain.Error
-	if errors.As(err, &de) {
+	var dd *domain.DestinationDeniedError
+	switch {
+	case errors.As(err, &de):
 		body.Field = de.Field
+	case errors.As(err, &dd):
+		body.Field = dd.Field
 	}
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "5")

@@ -1,11 +1,22 @@
 // Package egress builds the HTTP client Aquifer uses for every outbound
 // request: to upstreams, pool members and webhook receivers.
+//
+// The client enforces a domain.DestinationPolicy where it cannot be
+// bypassed: at dial time it resolves the host itself, checks every address
+// and connects only to an address it checked (so DNS rebinding cannot swap
+// in another one), and it refuses redirects to denied hosts before
+// following them. A refusal is an error wrapping
+// *domain.DestinationDeniedError.
 package egress
 
 import (
+	"context"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
 )
 
 // Options configure the client.
@@ -13,10 +24,25 @@ type Options struct {
 	// MaxIdleConnsPerHost bounds kept-alive connections per destination.
 	// Default 256.
 	MaxIdleConnsPerHost int
-	// DialTimeout bounds connection setup. Default 10s.
+	// DialTimeout bounds connection setup, the host lookup included.
+	// Default 10s.
 	DialTimeout time.Duration
 	// MaxRedirects is how many redirects are followed. Default 10.
 	MaxRedirects int
+	// Policy decides where requests may go when their context carries no
+	// policy of its own (see WithPolicy). Nil means domain's default: the
+	// built-in denials (link-local and cloud metadata) only.
+	Policy *domain.DestinationPolicy
+	// Resolver looks up host names. Default net.DefaultResolver.
+	Resolver Resolver
+	// Dial connects to one checked "ip:port". Default a net.Dialer with 30s
+	// keep-alives. Tests inject fakes.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Resolver looks up a host's addresses; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // NewClient returns an *http.Client for outbound dispatch. It has no overall
@@ -34,10 +60,35 @@ func NewClient(o Options) *http.Client {
 	if o.MaxRedirects <= 0 {
 		o.MaxRedirects = 10
 	}
-	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
-	tr := &http.Transport{
+	if o.Resolver == nil {
+		o.Resolver = net.DefaultResolver
+	}
+	if o.Dial == nil {
+		o.Dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	}
+	rt := &policyTransport{fallback: o.Policy, newTransport: func(p *domain.DestinationPolicy) *http.Transport {
+		g := &guard{policy: p, resolver: o.Resolver, dial: o.Dial, timeout: o.DialTimeout}
+		return newTransport(o, g.DialContext)
+	}}
+	maxRedirects := o.MaxRedirects
+	return &http.Client{
+		Transport: rt,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= maxRedirects {
+				return http.ErrUseLastResponse
+			}
+			// Refuse early what is refused anyway: a literal denied address
+			// or a denied name is never dialled. Names that resolve to a
+			// denied address are caught at dial time.
+			return rt.policyOf(req.Context()).CheckHost(req.URL.Hostname())
+		},
+	}
+}
+
+func newTransport(o Options, dial func(ctx context.Context, network, address string) (net.Conn, error)) *http.Transport {
+	return &http.Transport{
 		Proxy:             nil,
-		DialContext:       dialer.DialContext,
+		DialContext:       dial,
 		ForceAttemptHTTP2: true,
 		// Relay bodies exactly as the upstream sent them: no transparent
 		// gzip (a caller who wants compression sets Accept-Encoding itself).
@@ -47,15 +98,5 @@ func NewClient(o Options) *http.Client {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
-	}
-	maxRedirects := o.MaxRedirects
-	return &http.Client{
-		Transport: tr,
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= maxRedirects {
-				return http.ErrUseLastResponse
-			}
-			return nil
-		},
 	}
 }

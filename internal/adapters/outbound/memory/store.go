@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -380,7 +381,27 @@ func (s *Store) Close() error {
 	return nil
 }
 
-var _ ports.LedgerStore = (*Store)(nil)
+var (
+	_ ports.LedgerStore   = (*Store)(nil)
+	_ ports.TenantCounter = (*Store)(nil)
+)
+
+// CountUnfinished implements ports.TenantCounter.
+func (s *Store) CountUnfinished(_ context.Context, prefix string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	now := s.now()
+	var n int64
+	for _, j := range s.jobs {
+		if strings.HasPrefix(j.UserID, prefix) && !j.Status.Terminal() && !j.Expired(now) {
+			n++
+		}
+	}
+	return n, nil
+}
 
 // Ledger implements ports.LedgerStore.
 func (s *Store) Ledger(_ context.Context, p *ports.LedgerParams) ([]ports.LedgerEntry, error) {

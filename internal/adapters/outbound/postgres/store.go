@@ -606,6 +606,33 @@ func (s *Store) lanes(ctx context.Context, what, sql string, args ...any) ([]dom
 }
 
 // Counts implements ports.JobStore, store-wide (every owner's work).
+var _ ports.TenantCounter = (*Store)(nil)
+
+// CountUnfinished implements ports.TenantCounter: a range over the
+// idempotency index's user_id prefix (user_id is COLLATE "C").
+func (s *Store) CountUnfinished(ctx context.Context, prefix string) (int64, error) {
+	if s.isClosed() {
+		return 0, domain.ErrClosed
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	var n int64
+	end := []byte(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			end = end[:i+1]
+			break
+		}
+	}
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE user_id >= $1 AND user_id < $2
+		AND status IN ('queued', 'in_flight') AND expires_at > $3`, prefix, string(end), ms(time.Now())).Scan(&n)
+	if err != nil {
+		return 0, unavailable("count a tenant's jobs", err)
+	}
+	return n, nil
+}
+
 func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
 	var c ports.Counts
 	if s.isClosed() {

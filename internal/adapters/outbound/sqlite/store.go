@@ -377,7 +377,36 @@ func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
 	return int(r.n), r.err
 }
 
-var _ ports.LedgerStore = (*Store)(nil)
+var (
+	_ ports.LedgerStore   = (*Store)(nil)
+	_ ports.TenantCounter = (*Store)(nil)
+)
+
+// CountUnfinished implements ports.TenantCounter: a range over the
+// idempotency index's user_id prefix.
+func (s *Store) CountUnfinished(ctx context.Context, prefix string) (int64, error) {
+	var n int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE user_id >= ? AND user_id < ?
+		AND status IN ('queued', 'in_flight') AND (expires_at = 0 OR expires_at > ?)`,
+		prefix, prefixEnd(prefix), ms(time.Now())).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count a tenant's jobs: %w", err)
+	}
+	return n, nil
+}
+
+// prefixEnd returns the least string greater than every string starting
+// with p ("\xff…" prefixes aside, which scoped names never are).
+func prefixEnd(p string) string {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return p + "\xff"
+}
 
 // Ledger implements ports.LedgerStore.
 func (s *Store) Ledger(ctx context.Context, p *ports.LedgerParams) ([]ports.LedgerEntry, error) {

@@ -1,0 +1,57 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/aquiferhq/aquifer/internal/config"
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+func TestTenants(t *testing.T) {
+	t.Parallel()
+	ha, hb := config.HashKey("key-a"), config.HashKey("key-b")
+	path := writeYAML(t, `tenants:
+  - name: Alpha
+    key_sha256: `+strings.ToUpper(ha)+`
+  - name: bravo
+    key_sha256: `+hb+`
+    max_queued: 7
+    upstreams:
+      API.example.com: {rps: 5, max_concurrent: 2}
+`)
+	cfg := mustLoad(t, envOf(map[string]string{"CONFIG_PATH": path}))
+	if len(cfg.Tenants) != 2 {
+		t.Fatalf("tenants %+v", cfg.Tenants)
+	}
+	a, b := cfg.Tenants[0], cfg.Tenants[1]
+	if a.Name != "Alpha" || a.KeySHA256 != ha || a.MaxQueued != 0 {
+		t.Fatalf("alpha %+v (names keep their case; hashes are lower-cased)", a)
+	}
+	if b.MaxQueued != 7 || b.Upstreams["api.example.com"] != (domain.Rate{RPS: 5, MaxConcurrent: 2}) {
+		t.Fatalf("bravo %+v", b)
+	}
+}
+
+func TestTenantErrors(t *testing.T) {
+	t.Parallel()
+	h := config.HashKey("k")
+	for name, c := range map[string]struct{ yaml, want string }{
+		"no name":      {"tenants:\n  - key_sha256: " + h + "\n", "tenants[0].name"},
+		"bad name":     {"tenants:\n  - name: 'a b'\n    key_sha256: " + h + "\n", "tenants.a b.name"},
+		"twice":        {"tenants:\n  - name: a\n    key_sha256: " + h + "\n  - name: a\n    key_sha256: " + config.HashKey("x") + "\n", `tenant "a" is listed twice`},
+		"bad hash":     {"tenants:\n  - name: a\n    key_sha256: nothex\n", "tenants.a.key_sha256"},
+		"shared key":   {"tenants:\n  - name: a\n    key_sha256: " + h + "\n  - name: b\n    key_sha256: " + h + "\n", `the same key as tenant "a"`},
+		"unknown":      {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    colour: blue\n", "colour: unknown setting"},
+		"negative cap": {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    max_queued: -1\n", "max_queued"},
+		"bad rate":     {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    upstreams:\n      x.test: {rps: -1}\n", "tenants[0].upstreams.x.test"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Load(envOf(map[string]string{"CONFIG_PATH": writeYAML(t, c.yaml)}))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want it to mention %q", err, c.want)
+			}
+		})
+	}
+}
