@@ -49,7 +49,11 @@ func LoadIdentity(envKey, path string) (*Identity, KeySource, error) {
 		if err != nil || len(raw) != ed25519.PrivateKeySize {
 			return nil, "", errors.New("L8_PRIVATE_KEY must be the standard base64 of a 64-byte Ed25519 private key")
 		}
-		return newIdentity(ed25519.PrivateKey(raw)), FromEnv, nil
+		id := newIdentity(ed25519.PrivateKey(raw))
+		if !id.consistent() {
+			return nil, "", errors.New("L8_PRIVATE_KEY is not a valid Ed25519 private key: its public half does not match its seed")
+		}
+		return id, FromEnv, nil
 	}
 	if path == "" {
 		return nil, "", errors.New("l8: no key path")

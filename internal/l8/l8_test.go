@@ -75,6 +75,9 @@ func TestLoadIdentity(t *testing.T) {
 	if _, _, err := l8.LoadIdentity("", corrupt); err == nil {
 		t.Fatal("a key file whose public half does not match was accepted")
 	}
+	if _, _, err := l8.LoadIdentity(base64.StdEncoding.EncodeToString(bad), path); err == nil || !strings.Contains(err.Error(), "L8_PRIVATE_KEY") {
+		t.Fatalf("an L8_PRIVATE_KEY whose public half does not match: %v", err)
+	}
 }
 
 func TestIdentityForms(t *testing.T) {
