@@ -1,4 +1,4 @@
-// Package httpkit is the HTTP plumbing Aquifer's HTTP-based inbound adapters
+// Package httpkit is the plumbing Aquifer's inbound adapters
 // share (the REST API and the edge proxy): the JSON error shape and the one
 // table mapping domain errors to statuses, request body decoding with clear
 // messages, the job request's wire shape, and job event streams (SSE).

@@ -8,58 +8,9 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
 	"github.com/aquiferhq/aquifer/internal/domain"
 )
-
-// jobOutput is a job as MCP shows it: the shape of GET /jobs/{id}. Secret
-// request headers are redacted and the request body is never echoed; body is
-// the upstream's response body.
-type jobOutput struct {
-	JobID          string            `json:"job_id" jsonschema:"The job's id."`
-	Status         string            `json:"status" jsonschema:"queued (waiting for its turn), in_flight (being sent), completed (the upstream answered) or failed (retries spent, or canceled)."`
-	URL            string            `json:"url" jsonschema:"The target URL; empty for pool jobs."`
-	Method         string            `json:"method"`
-	CreatedAt      int64             `json:"created_at" jsonschema:"Unix time in milliseconds."`
-	UpdatedAt      int64             `json:"updated_at" jsonschema:"Unix time in milliseconds."`
-	UserID         string            `json:"user_id"`
-	PoolID         string            `json:"pool_id,omitempty"`
-	WebhookURL     string            `json:"webhook_url,omitempty"`
-	Headers        map[string]string `json:"headers,omitempty" jsonschema:"The request headers, secrets redacted."`
-	Attempts       int               `json:"attempts" jsonschema:"Dispatch attempts so far."`
-	ResponseStatus *int              `json:"response_status,omitempty" jsonschema:"The upstream's HTTP status, once finished (0: no response was obtained)."`
-	Body           *string           `json:"body,omitempty" jsonschema:"The upstream's response body, once finished."`
-	BodyEncoding   string            `json:"body_encoding,omitempty" jsonschema:"base64 when the body is not valid UTF-8."`
-	BodyTruncated  bool              `json:"body_truncated,omitempty" jsonschema:"True when the response was longer than Aquifer keeps."`
-	ContentType    string            `json:"content_type,omitempty" jsonschema:"The response's Content-Type."`
-	Reason         string            `json:"reason,omitempty" jsonschema:"Why the job failed."`
-	Webhook        *webhookOutput    `json:"webhook,omitempty" jsonschema:"Delivery of the result to webhook_url."`
-}
-
-type webhookOutput struct {
-	Status         string `json:"status" jsonschema:"pending, delivered or failed."`
-	Attempts       int    `json:"attempts"`
-	ResponseStatus int    `json:"response_status,omitempty"`
-	Reason         string `json:"reason,omitempty"`
-}
-
-func toJobOutput(j *domain.Job) jobOutput {
-	out := jobOutput{
-		JobID: string(j.ID), Status: string(j.Status), URL: j.URL, Method: j.Method,
-		CreatedAt: j.CreatedAt.UnixMilli(), UpdatedAt: j.UpdatedAt.UnixMilli(), UserID: j.UserID,
-		PoolID: j.PoolID, WebhookURL: j.WebhookURL, Headers: domain.RedactHeaders(j.Headers), Attempts: j.Attempts,
-	}
-	if r := j.Result; r != nil {
-		status := r.ResponseStatus
-		body, enc := app.EncodeBody(r.Body)
-		out.ResponseStatus, out.Body, out.BodyEncoding = &status, &body, enc
-		out.BodyTruncated, out.ContentType, out.Reason = r.BodyTruncated, r.ContentType, r.Reason
-	}
-	if d := j.Delivery; d != nil {
-		out.Webhook = &webhookOutput{Status: string(d.Status), Attempts: d.Attempts, ResponseStatus: d.ResponseStatus, Reason: d.Reason}
-	}
-	return out
-}
 
 // waitJob returns job id once it is terminal, or as it is when wait ends,
 // the caller gives up, or the server closes. It listens to the job's events
@@ -134,7 +85,7 @@ func (s *Server) readJob(ctx context.Context, req *sdk.ReadResourceRequest) (*sd
 		}
 		return nil, s.toolError("resources/read", err)
 	}
-	b, err := json.Marshal(toJobOutput(j))
+	b, err := json.Marshal(httpkit.NewJobView(j))
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/l8"
@@ -133,19 +134,19 @@ func (s *Server) enqueue(ctx context.Context, _ *sdk.CallToolRequest, in enqueue
 		ResourceURI: jobURI(res.JobID)}, nil
 }
 
-func (s *Server) getJob(ctx context.Context, _ *sdk.CallToolRequest, in getJobInput) (*sdk.CallToolResult, jobOutput, error) {
+func (s *Server) getJob(ctx context.Context, _ *sdk.CallToolRequest, in getJobInput) (*sdk.CallToolResult, httpkit.JobView, error) {
 	if in.JobID == "" {
-		return nil, jobOutput{}, errors.New("job_id is required")
+		return nil, httpkit.JobView{}, errors.New("job_id is required")
 	}
 	if in.WaitSeconds < 0 || math.IsNaN(in.WaitSeconds) {
-		return nil, jobOutput{}, errors.New("wait_seconds must be between 0 and 60")
+		return nil, httpkit.JobView{}, errors.New("wait_seconds must be between 0 and 60")
 	}
 	wait := min(time.Duration(in.WaitSeconds*float64(time.Second)), MaxWait)
 	j, err := s.waitJob(ctx, domain.JobID(in.JobID), wait)
 	if err != nil {
-		return nil, jobOutput{}, s.toolError("aquifer_get_job", err)
+		return nil, httpkit.JobView{}, s.toolError("aquifer_get_job", err)
 	}
-	return nil, toJobOutput(j), nil
+	return nil, httpkit.NewJobView(j), nil
 }
 
 func (s *Server) health(ctx context.Context, _ *sdk.CallToolRequest, _ noInput) (*sdk.CallToolResult, *app.Health, error) {
