@@ -1,7 +1,8 @@
-// Package httpkit is the plumbing Aquifer's inbound adapters
-// share (the REST API and the edge proxy): the JSON error shape and the one
+// Package httpkit is the plumbing Aquifer's inbound adapters share (the
+// REST API, the edge proxy, MCP and A2A): the JSON error shape and the one
 // table mapping domain errors to statuses, request body decoding with clear
-// messages, the job request's wire shape, and job event streams (SSE).
+// messages, the job request's wire shape and the job view, API-key
+// authentication, and job event streams (SSE).
 package httpkit
 
 import (
