@@ -1,0 +1,182 @@
+package aquifer
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// Options configure New. Store is required; every other field has a
+// default, stated with it. The defaults are aquiferd's.
+type Options struct {
+	// Store holds the jobs: a built-in one (OpenSQLite, OpenPebble,
+	// OpenPostgres, NewMemoryStore) or any value implementing Store.
+	// Required.
+	//
+	// The caller owns the store and closes it after Stop, unless
+	// CloseStore is set.
+	Store Store
+	// CloseStore hands the store to Aquifer: Stop closes it after the core
+	// has stopped, and so do New and Start when they fail. Default false.
+	CloseStore bool
+
+	// Logger receives Aquifer's logs (components are named: "app",
+	// "http", …). Default: no logs.
+	Logger *zap.Logger
+	// Metrics receives Aquifer's counts. Default NopMetrics; see
+	// NewPrometheusMetrics.
+	Metrics Metrics
+
+	// Rates gives each destination its pace ceiling. Default: DefaultRate
+	// (2 requests per second, one at a time) everywhere. Aquifer slows
+	// below the ceiling when a destination signals overload
+	// (docs/PACING.md).
+	Rates RateTable
+	// Retry is the retry policy for 5xx answers and transport errors.
+	// Default 5 attempts, 1s, 2s, 4s, 8s apart.
+	Retry RetryPolicy
+	// RequestTimeout bounds one outbound attempt, body included.
+	// Default 30s.
+	RequestTimeout time.Duration
+	// MaxBodyBytes is the request body limit the HTTP front door enforces
+	// (and Health reports); 0 means none.
+	MaxBodyBytes int64
+	// MaxResponseBytes is how much of a destination's response is kept as
+	// the job's result. Default 1 MiB.
+	MaxResponseBytes int64
+	// LaneWindow is how many ready jobs each destination keeps in memory;
+	// the rest wait in the store. Default 256.
+	LaneWindow int
+
+	// Admission sets the limits above which new jobs are refused
+	// (CodeRejected, HTTP 429). Default: none.
+	Admission AdmissionLimits
+	// Destinations restrict where jobs may point, checked when a job is
+	// submitted and, by the default Doer, again when connecting (so DNS
+	// cannot be used to get around them). Default: only link-local and
+	// cloud metadata addresses are refused.
+	Destinations DestinationRules
+	// Doer sends every outbound request (to destinations, pool members and
+	// webhooks). Default: Aquifer's hardened client, which enforces
+	// Destinations at dial time, ignores proxy environment variables and
+	// does not decompress responses. A Doer of your own gets the
+	// submission-time checks only.
+	Doer Doer
+
+	// L8 signs webhook deliveries. Default: off (deliveries unsigned).
+	L8 L8Options
+
+	// Tenants are API-key tenants: each sees only its own jobs and pools,
+	// within its quota and pace caps. None means open mode: every caller
+	// sees everything. Front doors authenticate a caller and name its
+	// tenant with WithTenant.
+	Tenants []Tenant
+
+	// Proxy tunes edge-proxy mode; Drain turns on drain mode; Cluster
+	// tunes lane leases on a shared (Postgres) store. Zero values use the
+	// defaults.
+	Proxy   ProxyOptions
+	Drain   DrainOptions
+	Cluster ClusterOptions
+
+	// Adapters are the front doors Start starts, in order, after the core;
+	// Stop stops them in reverse order before the core. See Adapter.
+	Adapters []Adapter
+}
+
+// Doer sends an outbound HTTP request; *http.Client is one.
+type Doer = ports.Doer
+
+// L8Options set Aquifer's signing identity (docs/L8.md). With a key, every
+// webhook delivery carries a Standard Webhooks signature, and receivers
+// that prove their own key also get L8 signatures. Set PrivateKey or
+// KeyPath to turn signing on.
+type L8Options struct {
+	// PrivateKey is the 64-byte Ed25519 private key to sign with. It takes
+	// precedence over KeyPath.
+	PrivateKey ed25519.PrivateKey
+	// KeyPath is a file holding the raw 64-byte private key; when it does
+	// not exist, a new key is generated and saved there (mode 0600).
+	KeyPath string
+	// TrustDir keeps the receivers that proved their identity, so trust
+	// survives restarts. Default: kept in memory only.
+	TrustDir string
+	// MissTTL is how long a receiver that does not speak L8 is left alone
+	// before it is probed again. Default 10m.
+	MissTTL time.Duration
+}
+
+func (o L8Options) enabled() bool { return o.PrivateKey != nil || o.KeyPath != "" }
+
+// Tenant is an API-key tenant.
+type Tenant struct {
+	// Name identifies the tenant (WithTenant); required and unique.
+	Name string
+	// KeySHA256 is the hex SHA-256 of the tenant's API key, which callers
+	// send as "Authorization: Bearer <key>" to the built-in HTTP front
+	// door. Custom front doors may authenticate tenants their own way.
+	KeySHA256 string
+	// MaxQueued caps the tenant's unfinished jobs; 0 means no cap.
+	MaxQueued int64
+	// Rates caps the tenant's own pace per destination, within the
+	// destination's shared ceiling. Keys as in RateTable.Hosts.
+	Rates map[string]Rate
+	// Destinations narrow where the tenant's jobs may go, on top of
+	// Options.Destinations.
+	Destinations DestinationRules
+}
+
+// WithTenant returns ctx acting for the named tenant: Enqueue, Get,
+// Subscribe, Wait and Cancel then see only that tenant's jobs, and its
+// quota and caps apply. A front door calls it after authenticating a
+// caller. Without it (or with ""), calls act as the operator and see every
+// job.
+func WithTenant(ctx context.Context, name string) context.Context {
+	return app.WithTenant(ctx, name)
+}
+
+// validate reports every problem Options has before anything is built.
+func (o *Options) validate() error {
+	var errs []error
+	if o.Store == nil {
+		errs = append(errs, errors.New("aquifer: Options.Store is required (NewMemoryStore, OpenSQLite, OpenPebble, OpenPostgres, or your own Store)"))
+	}
+	if o.L8.PrivateKey != nil && len(o.L8.PrivateKey) != ed25519.PrivateKeySize {
+		errs = append(errs, fmt.Errorf("aquifer: L8.PrivateKey holds %d bytes, want %d", len(o.L8.PrivateKey), ed25519.PrivateKeySize))
+	}
+	names := map[string]bool{}
+	for i, t := range o.Tenants {
+		switch {
+		case t.Name == "":
+			errs = append(errs, fmt.Errorf("aquifer: Tenants[%d]: Name is required", i))
+		case names[t.Name]:
+			errs = append(errs, fmt.Errorf("aquifer: Tenants[%d]: duplicate name %q", i, t.Name))
+		}
+		names[t.Name] = true
+	}
+	for i, a := range o.Adapters {
+		if a == nil {
+			errs = append(errs, fmt.Errorf("aquifer: Adapters[%d] is nil", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// appTenants converts the tenants for the core.
+func appTenants(ts []Tenant) []app.Tenant {
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make([]app.Tenant, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, app.Tenant{Name: t.Name, MaxQueued: t.MaxQueued, Rates: t.Rates, Destinations: t.Destinations})
+	}
+	return out
+}
