@@ -2,18 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,18 +19,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	a2aagent "github.com/aquiferhq/aquifer/internal/adapters/inbound/a2a"
-	httpapi "github.com/aquiferhq/aquifer/internal/adapters/inbound/http"
-	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
-	mcpadapter "github.com/aquiferhq/aquifer/internal/adapters/inbound/mcp"
-	"github.com/aquiferhq/aquifer/internal/adapters/inbound/proxy"
-	"github.com/aquiferhq/aquifer/internal/adapters/outbound/egress"
-	prommetrics "github.com/aquiferhq/aquifer/internal/adapters/outbound/prometheus"
-	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/config"
-	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/l8"
-	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/pkg/aquifer"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=…".
@@ -86,31 +74,23 @@ func Run(ctx context.Context, args []string, lookup config.LookupEnv, stdout, st
 	return d.serve(ctx)
 }
 
-// daemon is everything Run wires together.
+// daemon is aquiferd: an embedding of pkg/aquifer with the front doors
+// cfg.Adapters names, the store cfg selects, and process concerns (signals,
+// the debug server, logs).
 type daemon struct {
 	cfg   *config.Config
 	log   *zap.Logger
-	store ports.JobStore
-	svc   *app.Service
-	api   *httpapi.Handler
-	proxy *proxy.Handler // nil unless http runs
-	srv   *http.Server   // nil when no HTTP-based adapter runs
-	ln    net.Listener
-	mcp   *mcpadapter.Server // nil unless mcp-http or mcp-stdio runs
-	agent *a2aagent.Agent    // nil unless a2a runs
-	// metrics serves GET /metrics (nil when AQUIFER_METRICS=off).
-	metrics *prommetrics.Metrics
-	// stdio is the MCP stdio transport (nil unless mcp-stdio runs): the
-	// process's stdin, and stdout, which carries nothing but protocol.
-	stdin  io.ReadCloser
-	stdout io.Writer
+	store aquifer.Store // owned here, closed after the core stopped
+	aq    *aquifer.Aquifer
+	web   *webDoor // nil when no HTTP-based adapter runs
+	exits exits    // a front door that stopped serving on its own
 }
 
 func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.Writer) (*daemon, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	l8cfg, err := loadL8(cfg, log)
+	key, err := l8Key(cfg.L8PrivateKey)
 	if err != nil {
 		return nil, err
 	}
@@ -118,146 +98,67 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 	if err != nil {
 		return nil, err
 	}
-	policy, err := domain.NewDestinationPolicy(cfg.Destinations)
-	if err != nil {
-		return nil, err
-	}
-	var metrics *prommetrics.Metrics
-	var appMetrics ports.Metrics // nil: the app counts nothing
+	var metrics aquifer.Metrics // nil: the core counts nothing
+	var prom *aquifer.PrometheusMetrics
 	if cfg.Metrics {
-		metrics = prommetrics.New(prommetrics.Options{})
-		appMetrics = metrics
+		prom = aquifer.NewPrometheusMetrics(aquifer.PrometheusOptions{})
+		metrics = prom
 	}
-	svc, err := app.New(app.Config{
+	d := &daemon{cfg: cfg, log: log, store: store, exits: make(exits, 1)}
+	web, doors := frontDoors(cfg, prom, stdout, d.exits)
+	d.web = web
+	d.aq, err = aquifer.New(aquifer.Options{
 		Store:            store,
-		Doer:             egress.NewClient(egress.Options{Policy: policy}),
-		Destinations:     cfg.Destinations,
 		Logger:           log,
-		Rates:            app.RateTable{Defaults: cfg.Rates.Defaults, Hosts: cfg.Rates.Upstreams},
+		Metrics:          metrics,
+		Rates:            aquifer.RateTable{Defaults: cfg.Rates.Defaults, Hosts: cfg.Rates.Upstreams},
 		RequestTimeout:   cfg.RequestTimeout,
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		MaxResponseBytes: cfg.MaxResponseBytes,
-		Admission: app.AdmissionConfig{
+		LaneWindow:       cfg.LaneWindow,
+		Admission: aquifer.AdmissionLimits{
 			MemoryLimitMB: cfg.MemoryLimitMB,
 			DBMaxBytes:    cfg.DBMaxBytes,
 			RetryAfter:    cfg.RetryAfter,
 		},
-		WindowJobs: cfg.LaneWindow,
-		L8:         l8cfg,
-		Proxy: app.ProxyConfig{DirectTimeout: cfg.ProxyDirectTimeout, BreakerMultiplier: cfg.ProxyBreakerMultiplier,
+		Destinations: cfg.Destinations,
+		L8:           aquifer.L8Options{PrivateKey: key, KeyPath: cfg.L8KeyPath, TrustDir: cfg.L8TrustDir, MissTTL: cfg.L8MissTTL},
+		Tenants:      tenants(cfg.Tenants),
+		Proxy: aquifer.ProxyOptions{DirectTimeout: cfg.ProxyDirectTimeout, BreakerMultiplier: cfg.ProxyBreakerMultiplier,
 			DefaultCooldown: cfg.ProxyBreakerCooldown, ORCAThreshold: cfg.ProxyORCAThreshold},
-		Drain: app.DrainConfig{Enabled: cfg.DrainEnabled, WebhookURL: cfg.DrainWebhookURL, Idle: cfg.DrainIdle,
+		Drain: aquifer.DrainOptions{Enabled: cfg.DrainEnabled, WebhookURL: cfg.DrainWebhookURL, Idle: cfg.DrainIdle,
 			PageSize: cfg.DrainPageSize},
-		Metrics: appMetrics,
-		Tenants: appTenants(cfg.Tenants),
+		Adapters: doors,
 	})
 	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	if metrics != nil {
-		if err := metrics.CollectHealth(svc.Health); err != nil {
-			store.Close()
-			return nil, fmt.Errorf("metrics: %w", err)
-		}
-	}
-	d := &daemon{cfg: cfg, log: log, store: store, svc: svc, metrics: metrics}
-	if cfg.HasAdapter("mcp-stdio") {
-		d.stdin, d.stdout = os.Stdin, stdout
-	}
-	if err := d.buildAdapters(); err != nil {
-		store.Close()
-		return nil, err
+		return nil, errors.Join(err, store.Close())
 	}
 	return d, nil
 }
 
-// buildAdapters wires the inbound adapters cfg.Adapters names. The
-// HTTP-based ones (http, a2a, mcp-http) share one listener, which also
-// serves /health; mcp-stdio speaks MCP on stdin/stdout.
-func (d *daemon) buildAdapters() error {
-	cfg, log := d.cfg, d.log
-	auth := tenantAuth(cfg.Tenants)
-	d.api = httpapi.New(d.svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, PoolToken: cfg.PoolToken, Logger: log,
-		HealthOnly: !cfg.HasAdapter("http"), Auth: auth})
-	if cfg.HasAdapter("mcp-http") || cfg.HasAdapter("mcp-stdio") {
-		d.mcp = mcpadapter.New(d.svc, mcpadapter.Options{Version: Version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+// l8Key decodes L8_PRIVATE_KEY; "" means the key file holds the key.
+func l8Key(b64 string) (ed25519.PrivateKey, error) {
+	if b64 == "" {
+		return nil, nil
 	}
-	if !cfg.HasAdapter("http") && !cfg.HasAdapter("a2a") && !cfg.HasAdapter("mcp-http") {
-		return nil
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(raw) != ed25519.PrivateKeySize {
+		return nil, errors.New("L8_PRIVATE_KEY must be the standard base64 of a 64-byte Ed25519 private key")
 	}
-	// One chi router for every HTTP adapter: exact routing (no redirects for
-	// "//jobs" or "/a/../b") and a JSON error for anything unrouted.
-	mux := d.api.Router()
-	if d.metrics != nil {
-		mux.Get("/metrics", d.metrics.Handler().ServeHTTP)
-	}
-	if cfg.HasAdapter("http") {
-		d.proxy = proxy.New(d.svc, proxy.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
-		mux.Handle("/proxy", auth.Middleware(d.proxy)) // POST only; the handler answers 405 otherwise
-	}
-	if cfg.HasAdapter("mcp-http") {
-		mux.Handle("/mcp", auth.Middleware(d.mcp.HTTPHandler()))
-	}
-	if cfg.HasAdapter("a2a") {
-		agent, err := a2aagent.New(d.svc, a2aagent.Options{
-			PublicURL:    cfg.A2ABaseURL(),
-			PushDir:      filepath.Join(cfg.DataDir, "a2a-push"),
-			Version:      Version,
-			MaxBodyBytes: cfg.MaxBodyBytes,
-			Logger:       log,
-		})
-		if err != nil {
-			return err
-		}
-		d.agent = agent
-		mux.Handle(a2aagent.CardPath, agent.CardHandler())
-		mux.Handle(a2aagent.JSONRPCPath, auth.Middleware(agent.JSONRPCHandler()))
-	}
-	d.srv = httpapi.NewServer(mux, httpapi.ServerOptions{}, log)
-	// Long-lived responses (SSE, MCP streams and long-polls, A2A streams)
-	// end at shutdown instead of holding it up.
-	d.srv.RegisterOnShutdown(d.api.CloseStreams)
-	if d.proxy != nil {
-		d.srv.RegisterOnShutdown(d.proxy.CloseStreams)
-	}
-	if d.mcp != nil {
-		d.srv.RegisterOnShutdown(d.mcp.Close)
-	}
-	if d.agent != nil {
-		d.srv.RegisterOnShutdown(d.agent.Close)
-	}
-	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	d.ln = ln
-	return nil
+	return ed25519.PrivateKey(raw), nil
 }
 
 func (d *daemon) serve(ctx context.Context) error {
-	if err := d.svc.Start(ctx); err != nil {
-		d.closeListener()
-		d.store.Close()
-		return err
-	}
-	if d.agent != nil {
-		if err := d.agent.Start(ctx); err != nil {
-			d.closeListener()
-			return errors.Join(err, d.shutdown())
-		}
+	if err := d.aq.Start(ctx); err != nil { // on failure it has stopped what it started
+		return errors.Join(err, d.closeStore())
 	}
 	addr := "none"
-	if d.ln != nil {
-		addr = d.ln.Addr().String()
+	if d.web != nil {
+		addr = d.web.Addr().String()
 	}
 	d.log.Info("aquiferd started", zap.String("version", Version), zap.String("addr", addr),
 		zap.String("db_path", d.cfg.DBPath), zap.String("store", d.cfg.StoreBackend), zap.String("instance_id", d.cfg.InstanceID),
 		zap.String("sqlite_sync", d.cfg.SQLiteSync), zap.Strings("adapters", d.cfg.Adapters))
-	if d.agent != nil {
-		d.log.Info("A2A agent card", zap.String("url", d.agent.Card().URL))
-	}
 	switch {
 	case len(d.cfg.Tenants) > 0:
 		d.log.Info("API keys required: every job, pool and stream endpoint is scoped to its key's tenant", zap.Int("tenants", len(d.cfg.Tenants)))
@@ -270,18 +171,6 @@ func (d *daemon) serve(ctx context.Context) error {
 	if d.cfg.MemoryLimitMB == 0 {
 		d.log.Warn("no memory limit set: under sustained overload memory grows until the OS intervenes; set AQUIFER_MEMORY_LIMIT_MB to shed load with 429s instead")
 	}
-	serveErr := make(chan error, 1)
-	if d.srv != nil {
-		go func() { serveErr <- d.srv.Serve(d.ln) }()
-	}
-	// The MCP stdio session ends when the client closes stdin: then the
-	// process, whose life the client owns, shuts down.
-	stdioCtx, stopStdio := context.WithCancel(ctx)
-	defer stopStdio()
-	stdioDone := make(chan error, 1)
-	if d.stdin != nil {
-		go func() { stdioDone <- d.mcp.RunStdio(stdioCtx, d.stdin, nopWriteCloser{d.stdout}) }()
-	}
 	if d.cfg.DebugAddr != "" {
 		dbg := &http.Server{Addr: d.cfg.DebugAddr, Handler: debugMux(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = dbg.ListenAndServe() }()
@@ -292,57 +181,34 @@ func (d *daemon) serve(ctx context.Context) error {
 	var err error
 	select {
 	case <-ctx.Done():
-	case err = <-serveErr:
-		err = fmt.Errorf("http server: %w", err)
-	case err = <-stdioDone:
-		if err != nil {
-			err = fmt.Errorf("mcp stdio: %w", err)
-		} else {
-			d.log.Info("MCP stdio client closed stdin")
+	case err = <-d.exits:
+		if errors.Is(err, errStdinClosed) {
+			d.log.Info(err.Error())
+			err = nil
 		}
 	}
 	d.log.Info("shutting down", zap.Duration("timeout", d.cfg.ShutdownTimeout))
 	return errors.Join(err, d.shutdown())
 }
 
-func (d *daemon) closeListener() {
-	if d.ln != nil {
-		d.ln.Close()
-	}
-}
-
-// nopWriteCloser keeps the MCP transport from closing the process's stdout.
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
-
-// shutdown stops intake first, then dispatch, then the store, so every
-// accepted job is either finished or durably queued for the next start.
+// shutdown stops intake first (the front doors), then dispatch (the core),
+// then the store, so every accepted job is either finished or durably
+// queued for the next start.
 func (d *daemon) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
-	var errs []error
-	if d.srv != nil {
-		if err := d.srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-			d.srv.Close()
-		}
-	}
-	if d.mcp != nil {
-		d.mcp.Close() // ends stdio long-polls too
-	}
-	if d.agent != nil {
-		d.agent.Close() // waits for its push watchers
-	}
-	if err := d.svc.Stop(ctx); err != nil {
-		d.log.Warn("attempts aborted at shutdown; they will run again after restart", zap.Error(err))
-	}
+	err := d.aq.Stop(ctx)
+	err = errors.Join(err, d.closeStore())
+	d.log.Info("stopped")
+	return err
+}
+
+func (d *daemon) closeStore() error {
 	d.log.Info("store writer", storeStats(d.store)...)
 	if err := d.store.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close store: %w", err))
+		return fmt.Errorf("close store: %w", err)
 	}
-	d.log.Info("stopped")
-	return errors.Join(errs...)
+	return nil
 }
 
 // hashKey prints the key_sha256 of an API key for the tenants: list; with
@@ -372,7 +238,7 @@ func checkConfig(lookup config.LookupEnv, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	rates := app.RateTable{Defaults: cfg.Rates.Defaults, Hosts: cfg.Rates.Upstreams}
+	rates := aquifer.RateTable{Defaults: cfg.Rates.Defaults, Hosts: cfg.Rates.Upstreams}
 	if err := rates.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -401,41 +267,14 @@ func checkConfig(lookup config.LookupEnv, stdout io.Writer) error {
 	return nil
 }
 
-// appTenants converts the configured tenants for the core.
-func appTenants(ts []config.Tenant) []app.Tenant {
-	out := make([]app.Tenant, 0, len(ts))
+// tenants converts the configured tenants for the core.
+func tenants(ts []config.Tenant) []aquifer.Tenant {
+	out := make([]aquifer.Tenant, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, app.Tenant{Name: t.Name, MaxQueued: t.MaxQueued, Rates: t.Upstreams, Destinations: t.Destinations})
+		out = append(out, aquifer.Tenant{Name: t.Name, KeySHA256: t.KeySHA256, MaxQueued: t.MaxQueued,
+			Rates: t.Upstreams, Destinations: t.Destinations})
 	}
 	return out
-}
-
-// tenantAuth is the API-key check shared by every HTTP adapter.
-func tenantAuth(ts []config.Tenant) *httpkit.Auth {
-	hashes := make(map[string]string, len(ts))
-	for _, t := range ts {
-		hashes[t.Name] = t.KeySHA256
-	}
-	return httpkit.NewAuth(hashes)
-}
-
-// loadL8 loads (or creates) Aquifer's signing identity and opens the trust
-// directory.
-func loadL8(cfg *config.Config, log *zap.Logger) (app.L8Config, error) {
-	id, source, err := l8.LoadIdentity(cfg.L8PrivateKey, cfg.L8KeyPath)
-	if err != nil {
-		return app.L8Config{}, err
-	}
-	trust, err := l8.NewFileTrust(cfg.L8TrustDir)
-	if err != nil {
-		return app.L8Config{}, err
-	}
-	fields := []zap.Field{zap.String("source", string(source)), zap.String("public_key", id.PublicKeyBase64()), zap.String("trust_dir", cfg.L8TrustDir)}
-	if source != l8.FromEnv {
-		fields = append(fields, zap.String("key_path", cfg.L8KeyPath))
-	}
-	log.Info("L8 identity loaded", fields...)
-	return app.L8Config{Identity: id, Trust: trust, MissTTL: cfg.L8MissTTL}, nil
 }
 
 func debugMux() *http.ServeMux {

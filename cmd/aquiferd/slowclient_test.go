@@ -17,7 +17,7 @@ import (
 	"github.com/aquiferhq/aquifer/internal/config"
 )
 
-// TestDaemonListenerIsHardened builds the daemon as Run does and checks that
+// TestDaemonListenerIsHardened builds and starts the daemon as Run does and checks that
 // its listener has every protection against slow and oversized clients
 // (httpapi's tests show each setting works; TestHostileInputFlood sees the
 // header timeout cut a real client off).
@@ -34,14 +34,18 @@ func TestDaemonListenerIsHardened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := d.aq.Start(t.Context()); err != nil { // the front doors build their server here
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		d.closeListener()
-		_ = d.store.Close()
+		if err := d.shutdown(); err != nil {
+			t.Error(err)
+		}
 	})
-	srv := d.srv
-	if srv == nil {
+	if d.web == nil || d.web.srv == nil {
 		t.Fatal("no HTTP server")
 	}
+	srv := d.web.srv
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadHeaderTimeout > 30*time.Second {
 		t.Errorf("ReadHeaderTimeout %v", srv.ReadHeaderTimeout)
 	}
