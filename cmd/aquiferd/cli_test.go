@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aquiferhq/aquifer/internal/config"
+	"github.com/aquiferhq/aquifer/pkg/aquifer"
 )
 
 func runCLI(t *testing.T, env map[string]string, args ...string) (string, string, error) {
@@ -81,5 +86,33 @@ func TestHashKey(t *testing.T) {
 	}
 	if _, _, err := runCLI(t, nil, "frobnicate"); err == nil || !strings.Contains(err.Error(), "unknown command") {
 		t.Fatalf("unknown command: %v", err)
+	}
+}
+
+// TestTakenPortFailsCleanly: a front door that cannot start fails Run with
+// the reason, after stopping the core and closing the store (the database
+// opens again at once).
+func TestTakenPortFailsCleanly(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	data := filepath.Join(t.TempDir(), "data")
+	env := map[string]string{"AQUIFER_DATA_DIR": data, "AQUIFER_HOST": "127.0.0.1",
+		"PORT": strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)}
+	_, _, err = runCLI(t, env)
+	if err == nil || !strings.Contains(err.Error(), "start adapter web: listen on 127.0.0.1:") {
+		t.Fatalf("Run on a taken port: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	store, err := aquifer.OpenSQLite(ctx, aquifer.SQLiteOptions{Path: filepath.Join(data, "aquifer.db")})
+	if err != nil {
+		t.Fatalf("reopen the store: %v", err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

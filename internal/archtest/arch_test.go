@@ -189,3 +189,22 @@ func TestOnlyConfigAndMainReadEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonIsBuiltOnTheFacade keeps aquiferd an embedding of pkg/aquifer:
+// it builds, starts and stops its runtime through the facade (front doors
+// are aquifer.Adapters), never by wiring the core itself.
+func TestDaemonIsBuiltOnTheFacade(t *testing.T) {
+	p := load(t)["cmd/aquiferd"]
+	if p == nil {
+		t.Fatal("cmd/aquiferd not found")
+	}
+	if _, ok := p.imports[module+"/pkg/aquifer"]; !ok {
+		t.Error("cmd/aquiferd does not import pkg/aquifer")
+	}
+	for _, wired := range []string{"internal/app", "internal/l8", "internal/adapters/outbound/egress",
+		"internal/adapters/outbound/prometheus", "internal/adapters/outbound/memory"} {
+		if files, ok := p.imports[module+"/"+wired]; ok {
+			t.Errorf("cmd/aquiferd (%v) imports %s: build the runtime with pkg/aquifer instead", files, wired)
+		}
+	}
+}
