@@ -180,6 +180,7 @@ func (w *webDoor) Stop(ctx context.Context) error {
 	if agent != nil {
 		agent.Close() // idempotent; waits for its push watchers
 	}
+	w.mcp.close() // also when Start failed before the server could run
 	return err
 }
 
