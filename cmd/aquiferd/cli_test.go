@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,5 +118,26 @@ func TestTakenPortFailsCleanly(t *testing.T) {
 	}
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestBadL8PrivateKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mismatched := slices.Clone(priv)
+	mismatched[40] ^= 1 // the public half no longer matches the seed
+	for key, want := range map[string]string{
+		"not base64!": "must be the standard base64 of a 64-byte Ed25519 private key",
+		base64.StdEncoding.EncodeToString(priv[:32]):  "must be the standard base64 of a 64-byte Ed25519 private key",
+		base64.StdEncoding.EncodeToString(mismatched): "public half does not match its seed",
+	} {
+		env := map[string]string{"AQUIFER_DATA_DIR": filepath.Join(t.TempDir(), "data"), "AQUIFER_HOST": "127.0.0.1",
+			"PORT": strconv.Itoa(freePort(t)), "L8_PRIVATE_KEY": key}
+		if _, _, err := runCLI(t, env); err == nil || !strings.Contains(err.Error(), "L8_PRIVATE_KEY") || !strings.Contains(err.Error(), want) {
+			t.Errorf("L8_PRIVATE_KEY %.12s…: %v, want %q", key, err, want)
+		}
 	}
 }

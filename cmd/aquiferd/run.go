@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -144,6 +145,9 @@ func l8Key(b64 string) (ed25519.PrivateKey, error) {
 	raw, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil || len(raw) != ed25519.PrivateKeySize {
 		return nil, errors.New("L8_PRIVATE_KEY must be the standard base64 of a 64-byte Ed25519 private key")
+	}
+	if !bytes.Equal(ed25519.NewKeyFromSeed(raw[:ed25519.SeedSize]), raw) {
+		return nil, errors.New("L8_PRIVATE_KEY is not a valid Ed25519 private key: its public half does not match its seed")
 	}
 	return ed25519.PrivateKey(raw), nil
 }

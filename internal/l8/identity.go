@@ -36,6 +36,7 @@ const (
 	FromEnv       KeySource = "environment"
 	FromFile      KeySource = "key file"
 	FromGenerated KeySource = "generated"
+	FromOptions   KeySource = "given" // by the embedding program (aquiferd: L8_PRIVATE_KEY)
 )
 
 // LoadIdentity returns the identity from envKey (standard base64 of the
@@ -86,6 +87,19 @@ func LoadIdentity(envKey, path string) (*Identity, KeySource, error) {
 
 // NewIdentity wraps a private key (tests, embedding).
 func NewIdentity(priv ed25519.PrivateKey) *Identity { return newIdentity(priv) }
+
+// IdentityFromKey returns the identity of priv after checking it: 64 bytes
+// whose public half matches its seed.
+func IdentityFromKey(priv ed25519.PrivateKey) (*Identity, error) {
+	if len(priv) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("l8: private key holds %d bytes, want %d", len(priv), ed25519.PrivateKeySize)
+	}
+	id := newIdentity(priv)
+	if !id.consistent() {
+		return nil, errors.New("l8: not a valid Ed25519 private key: its public half does not match its seed")
+	}
+	return id, nil
+}
 
 func newIdentity(priv ed25519.PrivateKey) *Identity {
 	return &Identity{priv: priv, pub: priv.Public().(ed25519.PublicKey)}

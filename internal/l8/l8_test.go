@@ -331,3 +331,22 @@ func TestFileTrust(t *testing.T) {
 		}
 	}
 }
+
+func TestIdentityFromKey(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := l8.IdentityFromKey(priv)
+	if err != nil || string(id.PublicKey()) != string(priv.Public().(ed25519.PublicKey)) {
+		t.Fatalf("a valid key: %v", err)
+	}
+	if _, err := l8.IdentityFromKey(priv[:32]); err == nil {
+		t.Error("a 32-byte key was accepted")
+	}
+	bad := append(ed25519.PrivateKey(nil), priv...)
+	bad[33] ^= 1
+	if _, err := l8.IdentityFromKey(bad); err == nil {
+		t.Error("a key whose public half does not match its seed was accepted")
+	}
+}

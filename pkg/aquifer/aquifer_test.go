@@ -369,6 +369,15 @@ func TestL8KeyPathSignsWithAKeptKey(t *testing.T) {
 	if again := publicKey(); again != first {
 		t.Errorf("restart changed the key: %s, then %s", first, again)
 	}
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv[40] ^= 1 // the public half no longer matches the seed
+	if _, err := aquifer.New(aquifer.Options{Store: aquifer.NewMemoryStore(), CloseStore: true,
+		L8: aquifer.L8Options{PrivateKey: priv}}); err == nil || !strings.Contains(err.Error(), "L8.PrivateKey") {
+		t.Errorf("an inconsistent key: %v", err)
+	}
 	aq, err := aquifer.New(aquifer.Options{Store: aquifer.NewMemoryStore(), CloseStore: true})
 	if err != nil {
 		t.Fatal(err)

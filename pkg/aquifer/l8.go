@@ -1,7 +1,7 @@
 package aquifer
 
 import (
-	"encoding/base64"
+	"fmt"
 
 	"go.uber.org/zap"
 
@@ -15,12 +15,16 @@ func loadL8(o L8Options, log *zap.Logger) (app.L8Config, error) {
 	if !o.enabled() {
 		return app.L8Config{}, nil
 	}
-	var key string
+	var id *l8.Identity
+	var source l8.KeySource
+	var err error
 	if o.PrivateKey != nil {
-		key = base64.StdEncoding.EncodeToString(o.PrivateKey)
-	}
-	id, source, err := l8.LoadIdentity(key, o.KeyPath)
-	if err != nil {
+		id, err = l8.IdentityFromKey(o.PrivateKey)
+		if err != nil {
+			return app.L8Config{}, fmt.Errorf("aquifer: L8.PrivateKey: %w", err)
+		}
+		source = l8.FromOptions
+	} else if id, source, err = l8.LoadIdentity("", o.KeyPath); err != nil {
 		return app.L8Config{}, err
 	}
 	cfg := app.L8Config{Identity: id, MissTTL: o.MissTTL}
@@ -32,7 +36,7 @@ func loadL8(o L8Options, log *zap.Logger) (app.L8Config, error) {
 		cfg.Trust = trust
 	}
 	fields := []zap.Field{zap.String("source", string(source)), zap.String("public_key", id.PublicKeyBase64()), zap.String("trust_dir", o.TrustDir)}
-	if source != l8.FromEnv {
+	if source != l8.FromOptions {
 		fields = append(fields, zap.String("key_path", o.KeyPath))
 	}
 	log.Info("L8 identity loaded", fields...)
