@@ -5,8 +5,11 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"debug/elf"
 	"encoding/base64"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -139,5 +142,38 @@ func TestBadL8PrivateKeyIsRefused(t *testing.T) {
 		if _, _, err := runCLI(t, env); err == nil || !strings.Contains(err.Error(), "L8_PRIVATE_KEY") || !strings.Contains(err.Error(), want) {
 			t.Errorf("L8_PRIVATE_KEY %.12s…: %v, want %q", key, err, want)
 		}
+	}
+}
+
+// TestStaticBuildForTheImage builds aquiferd as deploy/Dockerfile does (CGO
+// off, the version stamped with -ldflags; without -trimpath, which would
+// recompile every package for nothing this test checks) and checks what the
+// distroless image relies on: the binary is static (no ELF interpreter, so
+// it runs without a libc) and reports the stamped version.
+func TestStaticBuildForTheImage(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds a binary: skipped with -short")
+	}
+	bin := filepath.Join(t.TempDir(), "aquiferd")
+	build := exec.Command("go", "build", "-buildvcs=false", "-ldflags", "-s -w -X main.Version=v9.9.9-image",
+		"-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the binary is dynamically linked (it has an ELF interpreter); the distroless/static image has no libc")
+		}
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "aquiferd v9.9.9-image" {
+		t.Errorf("version: %q, %v", out, err)
 	}
 }
