@@ -123,12 +123,14 @@ func TestImportsPointInward(t *testing.T) {
 		{dir: "internal/domain", stdlibOnly: true},
 		{dir: "internal/pacing", stdlibOnly: true},
 		{dir: "internal/l8", stdlibOnly: true},
+		{dir: "internal/groupcommit", stdlibOnly: true},
 		{dir: "internal/ports", allowed: []string{"internal/domain"}},
 		{dir: "internal/app", allowed: []string{"internal/domain", "internal/ports", "internal/pacing", "internal/l8"}},
 		{dir: "internal/storetest", allowed: []string{"internal/domain", "internal/ports"}},
 		{dir: "internal/config", allowed: []string{"internal/domain"}},
 		{dir: sharedInbound, allowed: []string{"internal/domain", "internal/app"}},
-		{dir: "internal/adapters", allowed: []string{"internal/domain", "internal/ports", "internal/app", "internal/pacing", "internal/l8"}},
+		{dir: "internal/adapters", allowed: []string{"internal/domain", "internal/ports", "internal/app", "internal/pacing", "internal/l8",
+			"internal/groupcommit"}},
 	}
 	for dir, p := range pkgs {
 		for ip, files := range p.imports {

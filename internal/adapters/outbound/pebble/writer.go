@@ -2,13 +2,13 @@ package pebble
 
 import (
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -51,59 +51,13 @@ type opResult struct {
 	err   error
 }
 
-// writer is the single goroutine that writes. Each loop takes every op
-// waiting (up to MaxBatch), applies them to one batch and commits it once: one
-// WAL fsync for the whole group.
+// writer is the single goroutine that writes: it applies the ops waiting, up
+// to MaxBatch at a time, to one batch each and commits it with one WAL fsync
+// (see internal/groupcommit).
 func (s *Store) writer() {
 	defer close(s.done)
-	batch := make([]*op, 0, s.opts.MaxBatch)
-	for {
-		var first *op
-		select {
-		case first = <-s.ops:
-		case <-s.closing:
-			// Commit what was submitted before Close, then stop.
-			for {
-				select {
-				case o := <-s.ops:
-					batch = append(batch, o)
-					if len(batch) == s.opts.MaxBatch {
-						s.commit(batch)
-						batch = batch[:0]
-					}
-				default:
-					if len(batch) > 0 {
-						s.commit(batch)
-					}
-					return
-				}
-			}
-		}
-		batch = s.gather(append(batch[:0], first))
-		s.commit(batch)
-		clear(batch) // let the ops' jobs and channels go
-		batch = batch[:0]
-	}
-}
-
-// gather adds every op already waiting to batch. While that finds more, it
-// yields the processor once so goroutines about to submit get to do so:
-// fuller groups share one fsync, for the price of microseconds of latency.
-func (s *Store) gather(batch []*op) []*op {
-	for yields := 0; len(batch) < s.opts.MaxBatch; {
-		select {
-		case o := <-s.ops:
-			batch = append(batch, o)
-			continue
-		default:
-		}
-		if yields == s.opts.GatherYields {
-			return batch
-		}
-		yields++
-		runtime.Gosched()
-	}
-	return batch
+	groupcommit.Run(s.ops, s.closing, groupcommit.Options{MaxBatch: s.opts.MaxBatch, GatherYields: s.opts.GatherYields},
+		s.commit)
 }
 
 // commit applies batch to one indexed batch and commits it with a WAL sync,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sort"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -55,60 +55,13 @@ type opResult struct {
 	err   error
 }
 
-// writer is the single goroutine that writes. Each loop takes every op
-// waiting (up to MaxBatch) and runs them in one transaction, sent as one
-// pipelined batch: one round trip and one WAL flush for the whole group.
+// writer is the single goroutine that writes: it runs the ops waiting, up to
+// MaxBatch at a time, in one transaction each, sent as one pipelined batch
+// (one round trip and one WAL flush per group; see internal/groupcommit).
 func (s *Store) writer() {
 	defer close(s.done)
-	batch := make([]*op, 0, s.opts.MaxBatch)
-	for {
-		var first *op
-		select {
-		case first = <-s.ops:
-		case <-s.closing:
-			// Commit what was submitted before Close, then stop.
-			for {
-				select {
-				case o := <-s.ops:
-					batch = append(batch, o)
-					if len(batch) == s.opts.MaxBatch {
-						s.commit(batch)
-						batch = batch[:0]
-					}
-				default:
-					if len(batch) > 0 {
-						s.commit(batch)
-					}
-					return
-				}
-			}
-		}
-		batch = s.gather(append(batch[:0], first))
-		s.commit(batch)
-		clear(batch) // let the ops go
-		batch = batch[:0]
-	}
-}
-
-// gather adds every op already waiting to batch. While that finds more, it
-// yields the processor once so goroutines about to submit get to do so: fuller
-// groups cost fewer round trips and commits per op, for the price of
-// microseconds of latency.
-func (s *Store) gather(batch []*op) []*op {
-	for yields := 0; len(batch) < s.opts.MaxBatch; {
-		select {
-		case o := <-s.ops:
-			batch = append(batch, o)
-			continue
-		default:
-		}
-		if yields == s.opts.GatherYields {
-			return batch
-		}
-		yields++
-		runtime.Gosched()
-	}
-	return batch
+	groupcommit.Run(s.ops, s.closing, groupcommit.Options{MaxBatch: s.opts.MaxBatch, GatherYields: s.opts.GatherYields},
+		s.commit)
 }
 
 // commit runs batch and answers every waiting caller. The group is one

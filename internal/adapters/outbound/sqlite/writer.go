@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -121,63 +121,13 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// writer is the single goroutine that owns the write connection. Each loop
-// takes every op waiting (up to MaxBatch), runs them in one transaction and
-// commits once: one fsync for the whole group.
+// writer is the single goroutine that owns the write connection: it commits
+// the ops waiting, up to MaxBatch at a time, in one transaction each (one
+// fsync per group; see internal/groupcommit).
 func (s *Store) writer() {
 	defer close(s.done)
-	batch := make([]*op, 0, s.opts.MaxBatch)
-	for {
-		var first *op
-		select {
-		case first = <-s.ops:
-		case <-s.closing:
-			// Commit what was submitted before Close, then stop.
-			for {
-				select {
-				case o := <-s.ops:
-					batch = append(batch, o)
-					if len(batch) == s.opts.MaxBatch {
-						s.commit(batch)
-						clear(batch)
-						batch = batch[:0]
-					}
-				default:
-					if len(batch) > 0 {
-						s.commit(batch)
-					}
-					return
-				}
-			}
-		}
-		batch = s.gather(append(batch[:0], first))
-		s.commit(batch)
-		// Forget the committed ops: the closing branch appends to batch, and
-		// must not commit them (and answer their callers) a second time.
-		clear(batch)
-		batch = batch[:0]
-	}
-}
-
-// gather adds every op already waiting to batch. While that finds more, it
-// yields the processor once so goroutines about to submit get to do so: a
-// commit costs about as much CPU as a dozen row writes, so fuller groups are
-// cheaper per op, for the price of microseconds of latency.
-func (s *Store) gather(batch []*op) []*op {
-	for yields := 0; len(batch) < s.opts.MaxBatch; {
-		select {
-		case o := <-s.ops:
-			batch = append(batch, o)
-			continue
-		default:
-		}
-		if yields == s.opts.GatherYields {
-			return batch
-		}
-		yields++
-		runtime.Gosched()
-	}
-	return batch
+	groupcommit.Run(s.ops, s.closing, groupcommit.Options{MaxBatch: s.opts.MaxBatch, GatherYields: s.opts.GatherYields},
+		s.commit)
 }
 
 // commit runs batch in one transaction. An SQL error in any op aborts the whole
