@@ -117,6 +117,7 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		MaxResponseBytes: cfg.MaxResponseBytes,
 		LaneWindow:       cfg.LaneWindow,
+		Outage:           outage(cfg),
 		Admission: aquifer.AdmissionLimits{
 			MemoryLimitMB: cfg.MemoryLimitMB,
 			DBMaxBytes:    cfg.DBMaxBytes,
@@ -329,4 +330,15 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", s.Env, s.Key, def, s.Doc)
 	}
 	tw.Flush()
+}
+
+// outage maps the outage settings onto the facade's options (a threshold
+// of 0 turns circuits off).
+func outage(cfg *config.Config) aquifer.OutageOptions {
+	o := aquifer.OutageOptions{FailureThreshold: cfg.OutageFailureThreshold, ProbeInterval: cfg.OutageProbeInterval,
+		MaxProbeInterval: cfg.OutageMaxProbeInterval, MaxHold: cfg.MaxOutageHold}
+	if o.FailureThreshold == 0 {
+		o.FailureThreshold = -1
+	}
+	return o
 }

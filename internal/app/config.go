@@ -49,6 +49,10 @@ type Config struct {
 	// Admission sets the limits above which new jobs are shed with a 429.
 	Admission AdmissionConfig
 
+	// Outage tunes the lanes' circuits: how a destination that is down is
+	// detected, probed, and how long its work waits for it.
+	Outage OutageConfig
+
 	// WindowJobs is how many ready jobs a lane holds in memory; the rest stay
 	// in the store until the lane needs them. Default 256.
 	WindowJobs int
@@ -131,6 +135,7 @@ func (c Config) WithDefaults() Config {
 	c.Proxy = c.Proxy.withDefaults()
 	c.Drain = c.Drain.withDefaults()
 	c.Cluster = c.Cluster.withDefaults()
+	c.Outage = c.Outage.withDefaults()
 	if c.Clock == nil {
 		c.Clock = ports.SystemClock{}
 	}
@@ -207,6 +212,9 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("app: Doer is required"))
 	}
 	if err := c.Rates.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Outage.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Store != nil {

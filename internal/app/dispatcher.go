@@ -334,6 +334,7 @@ type LaneStats struct {
 	Buffered             int // work held in memory (windows and retry waits)
 	Queues               int // the shared queue and tenant queues with work
 	PausedQueues         int // queues waiting out a 429 / rate-limit reset
+	Circuit              CircuitStats
 }
 
 func (d *dispatcher) laneStats() []LaneStats {

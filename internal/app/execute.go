@@ -28,6 +28,7 @@ const (
 	outcomeRetry                        // recorded as failed-but-retryable; run again at retryAt
 	outcomeDeferred                     // the destination said "later" (429): its queue waits until retryAt
 	outcomeAbandoned                    // shutdown aborted the attempt; the store still says "ready"
+	outcomeHeld                         // the destination is down (its circuit is open): wait for it, attempt not counted
 )
 
 // outcome is what an attempt goroutine reports back to its lane.
@@ -42,6 +43,7 @@ type outcome struct {
 	failed   bool           // a transport error or 5xx: a reliability signal for a pool member
 	member   string         // the pool member the attempt went to ("" for a URL)
 	deferTo  time.Time      // a 429 asked to wait until then
+	probe    bool           // the attempt was the lane's outage probe
 }
 
 // metricOutcome names an attempt's outcome for Metrics.Dispatched.
@@ -51,6 +53,8 @@ func (o *outcome) metricOutcome() string {
 		return "retry"
 	case o.kind == outcomeDeferred:
 		return "deferred"
+	case o.kind == outcomeHeld:
+		return "held"
 	case o.failed:
 		return "failed"
 	}
@@ -64,6 +68,9 @@ type attemptResult struct {
 	denied    bool // the destination rules refused the connection: fail, do not retry
 	signals   pacing.Signals
 	observed  bool
+	// outage: the failure is the destination's (no answer, or a 5xx), not
+	// the request's own (it could not be built); see laneOutage.
+	outage bool
 }
 
 func (ar attemptResult) status() int { return ar.result.ResponseStatus }
@@ -101,7 +108,7 @@ func (d *dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
 //
 // For pool work, member is the chosen member and target its address. For a
 // dispatch the caller has already marked j executing (beginDispatch).
-func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, flowRate []string, member, target string) {
+func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, flowRate []string, member, target string, probe bool) {
 	dispatching := j.Phase() == domain.PhaseDispatch
 	d.attemptsWG.Add(1)
 	d.workers.run(func() {
@@ -111,12 +118,12 @@ func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, 
 			if target == "" {
 				target = j.URL
 			}
-			o = d.dispatchAttempt(j, flowRate, target)
+			o = d.dispatchAttempt(l.outage, j, flowRate, target, probe)
 			d.endDispatch(j.ID)
 		} else {
-			o = d.deliverAttempt(j, flowRate)
+			o = d.deliverAttempt(l.outage, j, flowRate, probe)
 		}
-		o.queue, o.member = queue, member
+		o.queue, o.member, o.probe = queue, member, probe
 		select {
 		case l.done <- o:
 		case <-l.quit: // the lane stopped; its state is gone anyway
@@ -124,9 +131,32 @@ func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, 
 	})
 }
 
+// startHoldExpiry fails j, which has waited longer than the outage hold
+// allows for a destination that is down, without sending anything, and
+// reports to l. For a dispatch the caller has already marked j executing.
+func (d *dispatcher) startHoldExpiry(l *lane, queue domain.LaneKey, j *domain.Job, lastError string) {
+	d.attemptsWG.Add(1)
+	d.workers.run(func() {
+		defer d.attemptsWG.Done()
+		res := &domain.Result{Reason: d.outageReason(lastError)}
+		d.log.Warn("job waited too long for a destination that is down; failed", zap.String("job_id", string(j.ID)),
+			zap.String("upstream", string(l.upstream)), zap.Duration("max_outage_hold", d.cfg.Outage.MaxHold))
+		if j.Phase() == domain.PhaseDispatch {
+			d.finish(j, domain.StatusFailed, j.Attempts, res)
+			d.endDispatch(j.ID)
+		} else {
+			d.finishDelivery(j, false, j.Delivery.Attempts, res)
+		}
+		select {
+		case l.done <- &outcome{job: j, queue: queue, kind: outcomeDone}:
+		case <-l.quit:
+		}
+	})
+}
+
 // dispatchAttempt sends j's request once and records what came of it. A
 // panic anywhere in here fails this job only; the lane keeps going.
-func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string, target string) (o *outcome) {
+func (d *dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []string, target string, probe bool) (o *outcome) {
 	n := j.Attempts + 1
 	defer func() {
 		if p := recover(); p != nil {
@@ -153,6 +183,18 @@ func (d *dispatcher) dispatchAttempt(j *domain.Job, flowRate []string, target st
 			d.cfg.Metrics.Dispatched(upstream, o.metricOutcome(), ar.status(), d.cfg.Clock.Now().Sub(started))
 		}
 	}()
+	if ar.retryable {
+		switch d.judge(lo, j, ar, probe) {
+		case holdForOutage:
+			return d.requeue(j, domain.PhaseDispatch, j.Attempts, j.Deferrals, ar, outcomeHeld, d.cfg.Clock.Now())
+		case holdRanOut:
+			ar.result.Reason = d.outageReason(ar.result.Reason)
+			d.finish(j, domain.StatusFailed, n, ar.result)
+			return (&outcome{job: j, kind: outcomeDone}).report(ar)
+		}
+	} else if ar.observed {
+		lo.succeeded(d.cfg.Clock.Now())
+	}
 	if until, ok := d.deferral(ar, j.Deferrals); ok {
 		at := until
 		if j.PoolID != "" {
@@ -198,7 +240,7 @@ func (d *dispatcher) requeue(j *domain.Job, phase domain.Phase, attempts, deferr
 // deliverAttempt POSTs j's result to its webhook_url once. Retries and
 // deferrals follow the same rules as dispatch: 5xx and transport errors are
 // retried; a 429 defers.
-func (d *dispatcher) deliverAttempt(j *domain.Job, flowRate []string) (o *outcome) {
+func (d *dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []string, probe bool) (o *outcome) {
 	n := j.Delivery.Attempts + 1
 	log := d.log.With(zap.String("job_id", string(j.ID)))
 	defer func() {
@@ -224,6 +266,19 @@ func (d *dispatcher) deliverAttempt(j *domain.Job, flowRate []string) (o *outcom
 	})
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
+	}
+	if ar.retryable {
+		switch d.judge(lo, j, ar, probe) {
+		case holdForOutage:
+			return d.requeue(j, domain.PhaseDeliver, j.Delivery.Attempts, j.Deferrals, ar, outcomeHeld, d.cfg.Clock.Now())
+		case holdRanOut:
+			ar.result.Reason = d.outageReason(ar.result.Reason)
+			log.Warn("webhook delivery failed; receiver down for longer than max_outage_hold", zap.String("reason", ar.result.Reason))
+			d.finishDelivery(j, false, n, ar.result)
+			return (&outcome{job: j, kind: outcomeDone}).report(ar)
+		}
+	} else if ar.observed {
+		lo.succeeded(d.cfg.Clock.Now())
 	}
 	if until, ok := d.deferral(ar, j.Deferrals); ok {
 		return d.requeue(j, domain.PhaseDeliver, j.Delivery.Attempts, j.Deferrals+1, ar, outcomeDeferred, until)
@@ -264,7 +319,7 @@ func (d *dispatcher) send(flowRate []string, build func(ctx context.Context) (*h
 			// retry changes that.
 			return attemptResult{result: &domain.Result{Reason: domain.PublicMessage(denied)}, denied: true}
 		}
-		return attemptResult{result: &domain.Result{Reason: transportReason(err, ctx)}, retryable: true}
+		return attemptResult{result: &domain.Result{Reason: transportReason(err, ctx)}, retryable: true, outage: true}
 	}
 	defer resp.Body.Close()
 	ar := attemptResult{
@@ -281,10 +336,10 @@ func (d *dispatcher) send(flowRate []string, build func(ctx context.Context) (*h
 	switch {
 	case readErr != nil:
 		ar.result.Reason = "reading response body: " + transportReason(readErr, ctx)
-		ar.retryable = true
+		ar.retryable, ar.outage = true, true
 	case resp.StatusCode >= 500:
 		ar.result.Reason = fmt.Sprintf("upstream returned %d", resp.StatusCode)
-		ar.retryable = true
+		ar.retryable, ar.outage = true, true
 	}
 	return ar
 }

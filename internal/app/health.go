@@ -61,6 +61,31 @@ type LaneHealth struct {
 	PausedQueues         int     `json:"paused_queues"`
 	InFlight             int     `json:"in_flight"`
 	Buffered             int     `json:"buffered"`
+	// Circuit is the lane's outage circuit: closed while the destination
+	// answers; open while it is down and its work is held.
+	Circuit CircuitHealth `json:"circuit"`
+}
+
+// CircuitHealth describes a lane's outage circuit. Times are Unix
+// milliseconds.
+type CircuitHealth struct {
+	State               string `json:"state"` // closed, open or half_open (a probe is running)
+	SinceMS             int64  `json:"since_ms,omitempty"`
+	NextProbeMS         int64  `json:"next_probe_ms,omitempty"`
+	ConsecutiveFailures int    `json:"consecutive_failures"`
+	Probes              int    `json:"probes,omitempty"`
+	LastError           string `json:"last_error,omitempty"`
+}
+
+func circuitHealth(c CircuitStats) CircuitHealth {
+	h := CircuitHealth{State: c.State.String(), ConsecutiveFailures: c.Failures, Probes: c.Probes, LastError: c.LastError}
+	if !c.Since.IsZero() {
+		h.SinceMS = c.Since.UnixMilli()
+	}
+	if !c.NextProbe.IsZero() {
+		h.NextProbeMS = c.NextProbe.UnixMilli()
+	}
+	return h
 }
 
 // Health reports the service state. It never fails: problems show up in the
@@ -85,7 +110,8 @@ func (s *Service) Health(ctx context.Context) *Health {
 	for _, l := range s.d.laneStats() {
 		h.Lanes = append(h.Lanes, LaneHealth{Lane: string(l.Upstream), RPS: l.RPS, MaxConcurrent: l.MaxConcurrent,
 			CeilingRPS: l.CeilingRPS, CeilingMaxConcurrent: l.CeilingMaxConcurrent, AccountQueues: s.AccountQueues(l.Upstream),
-			Queues: l.Queues, PausedQueues: l.PausedQueues, InFlight: l.InFlight, Buffered: l.Buffered})
+			Queues: l.Queues, PausedQueues: l.PausedQueues, InFlight: l.InFlight, Buffered: l.Buffered,
+			Circuit: circuitHealth(l.Circuit)})
 	}
 	sort.Slice(h.Lanes, func(i, j int) bool { return h.Lanes[i].Lane < h.Lanes[j].Lane })
 	h.Admission = s.adm.health(ctx, s.cfg.MaxBodyBytes)

@@ -64,6 +64,10 @@ type lane struct {
 	rate     atomic.Uint64 // math.Float64bits of the current rate, for readers
 	rateText []string      // the current rate as a header value; owned by run
 
+	// outage is the lane's circuit (nil for pools, which route around a
+	// failing member, and when circuits are off). Attempts report to it.
+	outage *laneOutage
+
 	// Owned by run.
 	pace    *pacing.Pace
 	limiter *pacing.Limiter
@@ -89,10 +93,12 @@ type laneSignal struct {
 func newLane(d *dispatcher, u domain.UpstreamKey) *lane {
 	ceiling := d.cfg.Rates.For(u)
 	pace := pacing.NewPace(pacing.PaceConfig{RPS: ceiling.RPS, MaxConcurrent: ceiling.MaxConcurrent})
+	log := d.log.With(zap.String("upstream", string(u)))
 	l := &lane{
 		d:        d,
 		upstream: u,
-		log:      d.log.With(zap.String("upstream", string(u))),
+		log:      log,
+		outage:   newLaneOutage(d, u, log),
 		wake:     make(chan struct{}, 1),
 		offers:   make(chan *domain.Job, offerBuffer),
 		done:     make(chan *outcome, 64),
@@ -357,6 +363,12 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		return 0 // no members: the jobs wait; a registration wakes the lane
 	}
 	for l.gate.Open() {
+		ok, probe, wait := l.outage.allow(now)
+		if !ok {
+			// The destination is down: hold the work, but let what has
+			// waited too long fail.
+			return minPositive(wait, l.failOverdue(now))
+		}
 		q := l.pick(now)
 		if q == nil {
 			return 0
@@ -392,9 +404,38 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		}
 		l.gate.Acquire()
 		q.running++
-		l.d.startAttempt(l, q.key, j, flowRate, member, target)
+		if probe {
+			l.outage.startProbe()
+		}
+		l.d.startAttempt(l, q.key, j, flowRate, member, target, probe)
 	}
 	return 0
+}
+
+// failOverdue fails the work at the head of each queue that has waited
+// longer than the outage hold allows (queues are FIFO, so the head waited
+// longest), and returns how long until the next head is due (0: none).
+func (l *lane) failOverdue(now time.Time) time.Duration {
+	var wait time.Duration
+	for _, q := range l.order {
+		for len(q.window) > 0 && l.gate.Open() {
+			j := q.window[0]
+			due := holdDeadline(j, l.d.cfg.Outage.MaxHold)
+			if now.Before(due) {
+				wait = minPositive(wait, due.Sub(now))
+				break
+			}
+			q.pop()
+			if j.Phase() == domain.PhaseDispatch && !l.d.beginDispatch(j) {
+				q.forget(j.ReadySeq) // cancelled meanwhile, or running already
+				continue
+			}
+			l.gate.Acquire()
+			q.running++
+			l.d.startHoldExpiry(l, q.key, j, l.outage.stats().LastError)
+		}
+	}
+	return wait
 }
 
 // followPool sets a pool lane's ceiling to the pool's live capacity: the sum
@@ -455,10 +496,15 @@ func (l *lane) complete(o *outcome, now time.Time) {
 		}
 		return
 	}
+	if o.probe {
+		l.outage.probeEnded(now) // no-op unless the probe reported nothing either way
+	}
 	if o.observed {
 		l.observeResponse(q, o.status, o.signals, now)
 	}
 	switch o.kind {
+	case outcomeHeld:
+		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt}) // back at the front once due; held by the circuit
 	case outcomeDeferred:
 		q.pause(o.retryAt) // nothing else from this queue overtakes it
 		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
@@ -594,12 +640,14 @@ func (l *lane) publishStats(now time.Time) {
 		}
 	}
 	ceilRPS, ceilConc := l.pace.Ceiling()
+	circuit := l.outage.stats()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.snapshot = LaneStats{
 		Upstream: l.upstream, RPS: l.pace.RPS(), MaxConcurrent: l.pace.MaxConcurrent(),
 		CeilingRPS: ceilRPS, CeilingMaxConcurrent: ceilConc,
 		InFlight: l.gate.Running(), Buffered: buffered, Queues: len(l.order), PausedQueues: paused,
+		Circuit: circuit,
 	}
 }
 

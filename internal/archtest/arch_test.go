@@ -127,6 +127,7 @@ func TestImportsPointInward(t *testing.T) {
 		{dir: "internal/ports", allowed: []string{"internal/domain"}},
 		{dir: "internal/app", allowed: []string{"internal/domain", "internal/ports", "internal/pacing", "internal/l8"}},
 		{dir: "internal/storetest", allowed: []string{"internal/domain", "internal/ports"}},
+		{dir: "internal/clocktest", allowed: []string{"internal/ports"}},
 		{dir: "internal/config", allowed: []string{"internal/domain"}},
 		{dir: sharedInbound, allowed: []string{"internal/domain", "internal/app"}},
 		{dir: "internal/adapters", allowed: []string{"internal/domain", "internal/ports", "internal/app", "internal/pacing", "internal/l8",

@@ -79,6 +79,13 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LaneWindow is how many ready jobs each lane keeps in memory.
 	LaneWindow int
+	// Outage circuits: consecutive failures that open one (0: off), the
+	// first and longest wait between probes, and the longest a job waits
+	// for a destination that is down.
+	OutageFailureThreshold int
+	OutageProbeInterval    time.Duration
+	OutageMaxProbeInterval time.Duration
+	MaxOutageHold          time.Duration
 	// LogLevel is debug, info, warn or error; LogFormat is json or console.
 	LogLevel  string
 	LogFormat string
@@ -210,6 +217,27 @@ var Settings = []Setting{
 	{Key: "dispatch.lane_window", Env: "AQUIFER_LANE_WINDOW", Default: "256",
 		Doc:   "Ready jobs each lane keeps in memory; the backlog beyond stays in the store.",
 		apply: func(c *Config, v string) (err error) { c.LaneWindow, err = parseInt(v, 1, 1_000_000); return }},
+	{Key: "outage.failure_threshold", Env: "AQUIFER_OUTAGE_FAILURE_THRESHOLD", Default: "5",
+		Doc: "Consecutive failed attempts (transport errors or 5xx, from at least two jobs) after which a destination counts as down: its lane holds its jobs instead of spending their retries, and probes it. 0 turns outage detection off.",
+		apply: func(c *Config, v string) (err error) {
+			c.OutageFailureThreshold, err = parseInt(v, 0, 1_000_000)
+			return
+		}},
+	{Key: "outage.probe_interval", Env: "AQUIFER_OUTAGE_PROBE_INTERVAL", Default: "1s",
+		Doc:   "Wait before the first probe of a destination that is down; it doubles after each failed probe.",
+		apply: func(c *Config, v string) (err error) { c.OutageProbeInterval, err = parseDuration(v); return }},
+	{Key: "outage.max_probe_interval", Env: "AQUIFER_OUTAGE_MAX_PROBE_INTERVAL", Default: "5m",
+		Doc:   "Longest wait between two probes of a destination that is down.",
+		apply: func(c *Config, v string) (err error) { c.OutageMaxProbeInterval, err = parseDuration(v); return }},
+	{Key: "outage.max_outage_hold", Env: "AQUIFER_MAX_OUTAGE_HOLD", Default: "24h",
+		Doc: "Longest a job waits for a destination that is down, from its submission (a webhook delivery: from its result); then it fails with reason \"destination unavailable for longer than max_outage_hold\". At most 24h, the queued TTL.",
+		apply: func(c *Config, v string) (err error) {
+			c.MaxOutageHold, err = parseDuration(v)
+			if err == nil && c.MaxOutageHold > domain.QueuedTTL {
+				err = fmt.Errorf("%v is longer than the queued TTL (24h), after which waiting jobs expire", c.MaxOutageHold)
+			}
+			return
+		}},
 	{Key: "shutdown_timeout", Env: "AQUIFER_SHUTDOWN_TIMEOUT", Default: "30s",
 		Doc:   "On SIGINT/SIGTERM, how long to wait for running attempts before aborting them (they run again after restart).",
 		apply: func(c *Config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return }},

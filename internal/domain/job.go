@@ -146,6 +146,17 @@ func (j *Job) Phase() Phase {
 	return PhaseNone
 }
 
+// PhaseStart is when the job entered its current phase: its submission
+// while it waits for dispatch; its result while that waits for delivery. A
+// pending delivery expires QueuedTTL after its result was recorded (every
+// store sets it so, and a delivery retry leaves it), which dates the result.
+func (j *Job) PhaseStart() time.Time {
+	if j.Phase() == PhaseDeliver && !j.ExpiresAt.IsZero() {
+		return j.ExpiresAt.Add(-QueuedTTL)
+	}
+	return j.CreatedAt
+}
+
 // Expired reports whether the row has outlived its TTL at now.
 func (j *Job) Expired(now time.Time) bool { return !j.ExpiresAt.IsZero() && !now.Before(j.ExpiresAt) }
 

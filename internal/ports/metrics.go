@@ -25,6 +25,10 @@ type Metrics interface {
 	// WebhookDelivered / WebhookFailed count the end of a result's delivery.
 	WebhookDelivered(upstream string)
 	WebhookFailed(upstream string)
+
+	// CircuitChanged counts a lane's outage circuit changing state: "open"
+	// when the destination is found down, "closed" when it answers again.
+	CircuitChanged(upstream, state string)
 }
 
 // NopMetrics discards everything.
@@ -37,5 +41,6 @@ func (NopMetrics) Dispatched(string, string, int, time.Duration) {}
 func (NopMetrics) JobFinished(string, string)                    {}
 func (NopMetrics) WebhookDelivered(string)                       {}
 func (NopMetrics) WebhookFailed(string)                          {}
+func (NopMetrics) CircuitChanged(string, string)                 {}
 
 var _ Metrics = NopMetrics{}

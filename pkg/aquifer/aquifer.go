@@ -87,6 +87,7 @@ func build(o Options) (*Aquifer, error) {
 		L8:               l8cfg,
 		Tenants:          appTenants(o.Tenants),
 		Proxy:            o.Proxy,
+		Outage:           o.Outage,
 		Drain:            o.Drain,
 		Cluster:          o.Cluster,
 	})

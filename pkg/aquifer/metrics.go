@@ -80,3 +80,8 @@ func (p *PrometheusMetrics) WebhookDelivered(upstream string) { p.m.WebhookDeliv
 
 // WebhookFailed implements Metrics.
 func (p *PrometheusMetrics) WebhookFailed(upstream string) { p.m.WebhookFailed(upstream) }
+
+// CircuitChanged implements Metrics.
+func (p *PrometheusMetrics) CircuitChanged(upstream, state string) {
+	p.m.CircuitChanged(upstream, state)
+}

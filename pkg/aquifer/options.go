@@ -79,6 +79,11 @@ type Options struct {
 	// tenant with WithTenant.
 	Tenants []Tenant
 
+	// Outage tunes the outage circuits: a destination that fails for
+	// several jobs in a row has its work held and probed. Default: on,
+	// 5 failures, probes 1s doubling to 5m, jobs held up to 24h.
+	Outage OutageOptions
+
 	// Proxy tunes edge-proxy mode; Drain turns on drain mode; Cluster
 	// tunes lane leases on a shared (Postgres) store. Zero values use the
 	// defaults.

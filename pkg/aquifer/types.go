@@ -152,3 +152,10 @@ type DrainOptions = app.DrainConfig
 // ClusterOptions tune lane leases when several processes share one store
 // (Postgres). The zero value uses the defaults.
 type ClusterOptions = app.ClusterConfig
+
+// OutageOptions tune how Aquifer rides out a destination or webhook
+// receiver that is down (docs/OPERATIONS.md, "When a destination is down"):
+// after FailureThreshold consecutive failures across jobs its lane holds
+// the work and probes it, instead of every job spending its retries. The
+// zero value uses the defaults.
+type OutageOptions = app.OutageConfig

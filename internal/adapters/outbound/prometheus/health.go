@@ -25,7 +25,7 @@ type healthCollector struct {
 	lanes                                     *prometheus.Desc
 	laneRate, laneMaxConc, laneCeil           *prometheus.Desc
 	laneCeilConc, laneInFlight, laneBuffered  *prometheus.Desc
-	laneQueues, lanePaused                    *prometheus.Desc
+	laneQueues, lanePaused, laneCircuit       *prometheus.Desc
 	admEnabled, admRejecting, admMem          *prometheus.Desc
 	admMemLimit, admRetryAfter                *prometheus.Desc
 	storeBytes, storeMaxBytes                 *prometheus.Desc
@@ -56,6 +56,8 @@ func newHealthCollector(health func(context.Context) *app.Health, upstreams *lab
 		laneBuffered: d("lane_buffered", "Ready jobs a lane holds in memory (at most AQUIFER_LANE_WINDOW per queue).", "upstream"),
 		laneQueues:   d("lane_queues", "Queues in a lane (more than one with account queues).", "upstream"),
 		lanePaused:   d("lane_paused_queues", "Queues in a lane paused by a 429 or a Retry-After.", "upstream"),
+		laneCircuit: d("lane_circuit_open", "1 while a lane's outage circuit is open or half-open (its destination is down and its work held), else 0.",
+			"upstream"),
 
 		admEnabled:    d("admission_enabled", "1 when admission control has a limit to enforce."),
 		admRejecting:  d("admission_rejecting", "1 while admission control sheds new jobs (the last check found a limit exceeded)."),
@@ -81,7 +83,7 @@ func newHealthCollector(health func(context.Context) *app.Health, upstreams *lab
 
 func (c *healthCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.storeUp, c.storePing, c.jobs, c.lanes, c.laneRate, c.laneMaxConc, c.laneCeil,
-		c.laneCeilConc, c.laneInFlight, c.laneBuffered, c.laneQueues, c.lanePaused, c.admEnabled, c.admRejecting,
+		c.laneCeilConc, c.laneInFlight, c.laneBuffered, c.laneQueues, c.lanePaused, c.laneCircuit, c.admEnabled, c.admRejecting,
 		c.admMem, c.admMemLimit, c.admRetryAfter, c.storeBytes, c.storeMaxBytes, c.poolMembers, c.poolCapacity,
 		c.memberRep, c.memberRPS, c.memberIn, c.memberOff, c.drainState, c.clusterLanes, c.clusterInstances}
 }
@@ -132,7 +134,7 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 // laneSum is one upstream label's lane gauges: a lane's own values, or the
 // sums over every lane counted as "other".
 type laneSum struct {
-	rps, maxConc, ceil, ceilConc, inFlight, buffered, queues, paused float64
+	rps, maxConc, ceil, ceilConc, inFlight, buffered, queues, paused, circuit float64
 }
 
 func (c *healthCollector) collectLanes(e emitter, lanes []app.LaneHealth) {
@@ -155,6 +157,7 @@ func (c *healthCollector) collectLanes(e emitter, lanes []app.LaneHealth) {
 		s.buffered += float64(l.Buffered)
 		s.queues += float64(l.Queues)
 		s.paused += float64(l.PausedQueues)
+		s.circuit += b2f(l.Circuit.State != "closed")
 	}
 	for _, u := range order {
 		s := sums[u]
@@ -166,6 +169,7 @@ func (c *healthCollector) collectLanes(e emitter, lanes []app.LaneHealth) {
 		e.gauge(c.laneBuffered, s.buffered, u)
 		e.gauge(c.laneQueues, s.queues, u)
 		e.gauge(c.lanePaused, s.paused, u)
+		e.gauge(c.laneCircuit, s.circuit, u)
 	}
 }
 

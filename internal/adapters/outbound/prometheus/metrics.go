@@ -68,6 +68,7 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 	finished  *prometheus.CounterVec
 	webhooks  *prometheus.CounterVec
+	circuits  *prometheus.CounterVec
 }
 
 var _ ports.Metrics = (*Metrics)(nil)
@@ -98,7 +99,7 @@ func New(opts Options) *Metrics {
 		"Submissions answered with an existing job (same user_id and idempotent_key), by upstream.", "upstream")
 	m.rejected = counter("jobs_rejected_total", "Submissions shed by admission control, by the limit hit (memory, db_size).", "reason")
 	m.attempts = counter("dispatch_attempts_total",
-		"Dispatch attempts by upstream, outcome (completed, retry, deferred, failed) and response code class (1xx…5xx, none).",
+		"Dispatch attempts by upstream, outcome (completed, retry, deferred, held, failed) and response code class (1xx…5xx, none).",
 		"upstream", "outcome", "code_class")
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "dispatch_duration_seconds",
 		Help: "Duration of dispatch attempts, from sending the request to reading the response, by upstream.", Buckets: opts.DurationBuckets},
@@ -107,6 +108,9 @@ func New(opts Options) *Metrics {
 	m.finished = counter("jobs_finished_total", "Jobs that reached a terminal status (completed, failed), by upstream.", "upstream", "status")
 	m.webhooks = counter("webhooks_total",
 		"Finished webhook deliveries by the receiver's upstream and result (delivered, failed).", "upstream", "result")
+	m.circuits = counter("lane_circuit_transitions_total",
+		"Outage circuits changing state, by upstream and the state entered: open (destination found down), closed (it answered again).",
+		"upstream", "state")
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "metrics_upstream_labels",
 		Help: "Distinct upstream label values in use; at the cap, new upstreams are counted as \"other\"."},
 		func() float64 { return float64(m.upstreams.size()) }))
@@ -176,4 +180,9 @@ func (m *Metrics) WebhookDelivered(upstream string) {
 // WebhookFailed implements ports.Metrics.
 func (m *Metrics) WebhookFailed(upstream string) {
 	m.webhooks.WithLabelValues(m.upstreams.value(upstream), "failed").Inc()
+}
+
+// CircuitChanged implements ports.Metrics.
+func (m *Metrics) CircuitChanged(upstream, state string) {
+	m.circuits.WithLabelValues(m.upstreams.value(upstream), m.outcomes.value(state)).Inc()
 }

@@ -54,7 +54,7 @@ aquifer_jobs_duplicate_total{upstream="https://a.example:443"} 1
 # TYPE aquifer_jobs_rejected_total counter
 aquifer_jobs_rejected_total{reason="db_size"} 0
 aquifer_jobs_rejected_total{reason="memory"} 1
-# HELP aquifer_dispatch_attempts_total Dispatch attempts by upstream, outcome (completed, retry, deferred, failed) and response code class (1xx…5xx, none).
+# HELP aquifer_dispatch_attempts_total Dispatch attempts by upstream, outcome (completed, retry, deferred, held, failed) and response code class (1xx…5xx, none).
 # TYPE aquifer_dispatch_attempts_total counter
 aquifer_dispatch_attempts_total{code_class="2xx",outcome="completed",upstream="https://a.example:443"} 1
 aquifer_dispatch_attempts_total{code_class="4xx",outcome="completed",upstream="https://a.example:443"} 1

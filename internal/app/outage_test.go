@@ -1,0 +1,347 @@
+package app_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/adapters/outbound/memory"
+	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/clocktest"
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+var outageT0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+// flaky is a destination that answers 503 while down and records, on the
+// test's clock, when each request arrived.
+type flaky struct {
+	*upstream
+	clk  *clocktest.Clock
+	down atomic.Bool
+	mu   sync.Mutex
+	seen []time.Time // clock time of every request while down
+}
+
+func newFlaky(t *testing.T, clk *clocktest.Clock, okStatus int) *flaky {
+	f := &flaky{clk: clk}
+	f.down.Store(true)
+	f.upstream = newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+		if f.down.Load() {
+			f.mu.Lock()
+			f.seen = append(f.seen, clk.Now())
+			f.mu.Unlock()
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(okStatus)
+		fmt.Fprint(w, "ok")
+	})
+	return f
+}
+
+func (f *flaky) downHits() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.seen...)
+}
+
+// circuitMetrics records circuit transitions.
+type circuitMetrics struct {
+	ports.NopMetrics
+	mu     sync.Mutex
+	states []string
+}
+
+func (m *circuitMetrics) CircuitChanged(upstream, state string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.states = append(m.states, upstream+" "+state)
+}
+
+func (m *circuitMetrics) got() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.states...)
+}
+
+// drive advances clk in steps until cond holds. Work runs on real
+// goroutines between steps; timing is judged on clk alone.
+func drive(t *testing.T, clk *clocktest.Clock, step time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (clock at +%v)", what, clk.Now().Sub(outageT0))
+		}
+		clk.Advance(step)
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func laneCircuit(b *bundle, t *testing.T, lane string) app.CircuitHealth {
+	for _, l := range b.svc.Health(t.Context()).Lanes {
+		if l.Lane == lane {
+			return l.Circuit
+		}
+	}
+	return app.CircuitHealth{}
+}
+
+func outageSetup(t *testing.T, clk *clocktest.Clock, m ports.Metrics, o app.OutageConfig) *bundle {
+	return setup(t, func(c *app.Config) {
+		c.Clock = clk
+		c.Store = memory.New(clk.Now) // expiry on the test's clock too
+		c.Metrics = m
+		c.Outage = o
+		// One at a time: the failures, probes and their order are exact.
+		c.Rates = app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 1}}
+	})
+}
+
+func laneOf(u *upstream) string { return "http://" + strings.TrimPrefix(u.URL, "http://") }
+
+func TestOutageHoldsWorkProbesAndResumes(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(outageT0)
+	dest := newFlaky(t, clk, http.StatusOK)
+	hooks := newHooks(t)
+	m := &circuitMetrics{}
+	b := outageSetup(t, clk, m, app.OutageConfig{FailureThreshold: 3, ProbeInterval: time.Second, MaxProbeInterval: 4 * time.Second})
+	var ids []domain.JobID
+	for i := range 10 {
+		r := req(fmt.Sprintf("k%d", i), dest.URL+"/x")
+		r.WebhookURL = hooks.URL + "/hook"
+		ids = append(ids, b.enqueue(t, r))
+	}
+	lane := laneOf(dest.upstream)
+	drive(t, clk, 5*time.Millisecond, "the circuit to open", func() bool { return laneCircuit(b, t, lane).State == "open" })
+	opened := clk.Now()
+	c := laneCircuit(b, t, lane)
+	if c.ConsecutiveFailures < 3 || c.LastError != "upstream returned 503" || c.SinceMS == 0 || c.NextProbeMS <= c.SinceMS {
+		t.Fatalf("open circuit in health: %+v", c)
+	}
+	// Three failures across jobs opened it; only the first two counted
+	// against their jobs.
+	spent := 0
+	for _, id := range ids {
+		j, err := b.svc.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status.Terminal() {
+			t.Fatalf("job %s ended during the outage: %s", id, j.Status)
+		}
+		spent += j.Attempts
+	}
+	if spent > 2 {
+		t.Fatalf("%d attempts counted against jobs before the circuit opened, want at most 2", spent)
+	}
+
+	// While open, exactly one probe at a time, 1s, 2s, 4s, 4s apart.
+	before := len(dest.downHits())
+	drive(t, clk, 10*time.Millisecond, "four probes", func() bool { return len(dest.downHits()) >= before+4 })
+	hits := dest.downHits()[before:]
+	wantGaps := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second}
+	prev := opened
+	for i, want := range wantGaps {
+		// The wait starts when the failed probe's answer is in; the clock
+		// moves on while it travels, hence the slack.
+		gap := hits[i].Sub(prev)
+		if gap < want || gap > want+250*time.Millisecond {
+			t.Fatalf("probe %d came %v after the previous one, want %v (hits %v)", i+1, gap, want, hits)
+		}
+		prev = hits[i]
+	}
+	if len(hits) != 4 {
+		t.Fatalf("%d requests while open, want only the 4 probes", len(hits))
+	}
+	// The fourth probe's answer is on its way to the lane.
+	waitFor(t, "the fourth probe to end", func() bool { c := laneCircuit(b, t, lane); return c.State == "open" && c.Probes == 4 })
+
+	// The destination comes back: the next probe closes the circuit and the
+	// held jobs complete. A job may have spent an attempt or two before the
+	// circuit opened (its retry can come before the next job's first try),
+	// never more than the threshold in all.
+	dest.down.Store(false)
+	drive(t, clk, 10*time.Millisecond, "every job to complete", func() bool {
+		for _, id := range ids {
+			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Status != domain.StatusCompleted {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		j, _ := b.svc.Get(t.Context(), id)
+		if j.Attempts > 3 {
+			t.Errorf("job %s: %d attempts counted, want at most 3", id, j.Attempts)
+		}
+	}
+	drive(t, clk, 10*time.Millisecond, "every webhook", func() bool { return hooks.count() >= len(ids) })
+	if got := len(hooks.payloads(t)); got != len(ids) {
+		t.Fatalf("%d webhooks, want %d", got, len(ids))
+	}
+	if c := laneCircuit(b, t, lane); c.State != "closed" || c.ConsecutiveFailures != 0 {
+		t.Fatalf("circuit after recovery: %+v", c)
+	}
+	want := []string{lane + " open", lane + " closed"}
+	if got := m.got(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("circuit metrics %v, want %v", got, want)
+	}
+	if b.logs.FilterMessageSnippet("circuit open").Len() != 1 || b.logs.FilterMessageSnippet("circuit closed").Len() != 1 {
+		t.Fatalf("want one log line for the outage and one for the recovery")
+	}
+}
+
+func TestOutageHoldRunsOut(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(outageT0)
+	hooks := newHooks(t)
+	b := outageSetup(t, clk, nil, app.OutageConfig{FailureThreshold: 2, ProbeInterval: time.Second, MaxHold: 10 * time.Second})
+	var ids []domain.JobID
+	for i := range 5 {
+		r := req(fmt.Sprintf("k%d", i), "http://127.0.0.1:1/refused") // nothing listens on port 1
+		r.WebhookURL = hooks.URL + "/hook"
+		ids = append(ids, b.enqueue(t, r))
+	}
+	drive(t, clk, 50*time.Millisecond, "every job to fail", func() bool {
+		for _, id := range ids {
+			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Status != domain.StatusFailed {
+				return false
+			}
+		}
+		return true
+	})
+	if held := clk.Now().Sub(outageT0); held < 10*time.Second {
+		t.Fatalf("jobs failed after %v, before the 10s hold ran out", held)
+	}
+	for _, id := range ids {
+		j, _ := b.svc.Get(t.Context(), id)
+		if !strings.HasPrefix(j.Result.Reason, "destination unavailable for longer than max_outage_hold (10s)") {
+			t.Errorf("job %s reason %q", id, j.Result.Reason)
+		}
+		if j.Attempts >= 5 {
+			t.Errorf("job %s spent all its %d attempts", id, j.Attempts)
+		}
+	}
+	drive(t, clk, 50*time.Millisecond, "every webhook", func() bool { return hooks.count() >= len(ids) })
+	for id, p := range hooks.payloads(t) {
+		if p.Status != "failed" || !strings.Contains(p.Reason, "max_outage_hold") {
+			t.Errorf("webhook for %s: %+v", id, p)
+		}
+	}
+}
+
+func TestOutageOfAWebhookReceiver(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(outageT0)
+	dest := newUpstream(t, nil)
+	receiver := newFlaky(t, clk, http.StatusNoContent)
+	b := setup(t, func(c *app.Config) {
+		c.Clock = clk
+		c.Store = memory.New(clk.Now)
+		c.Outage = app.OutageConfig{FailureThreshold: 3, ProbeInterval: time.Second}
+		// Dispatch all at once; deliver one at a time.
+		c.Rates = app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 1},
+			Hosts: map[string]domain.Rate{strings.TrimPrefix(dest.URL, "http://"): {RPS: 1000, MaxConcurrent: 16}}}
+	})
+	var ids []domain.JobID
+	for i := range 8 {
+		r := req(fmt.Sprintf("k%d", i), dest.URL+"/x")
+		r.WebhookURL = receiver.URL + "/hook"
+		ids = append(ids, b.enqueue(t, r))
+	}
+	lane := laneOf(receiver.upstream)
+	drive(t, clk, 5*time.Millisecond, "the receiver's circuit to open", func() bool { return laneCircuit(b, t, lane).State == "open" })
+	// Ten seconds of outage: probes only, no delivery fails.
+	drive(t, clk, 50*time.Millisecond, "ten seconds", func() bool { return clk.Now().Sub(outageT0) > 10*time.Second })
+	if n := len(receiver.downHits()); n > 3+5 {
+		t.Fatalf("%d deliveries tried during a 10s outage, want the 3 that opened it and a few probes", n)
+	}
+	for _, id := range ids {
+		j, _ := b.svc.Get(t.Context(), id)
+		if j.Delivery == nil || j.Delivery.Status != domain.DeliveryPending {
+			t.Fatalf("job %s delivery during the outage: %+v", id, j.Delivery)
+		}
+	}
+	receiver.down.Store(false)
+	drive(t, clk, 10*time.Millisecond, "every delivery", func() bool {
+		for _, id := range ids {
+			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Delivery == nil || j.Delivery.Status != domain.DeliveryDelivered {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		if j, _ := b.svc.Get(t.Context(), id); j.Delivery.Attempts > 3 {
+			t.Errorf("job %s: %d delivery attempts counted", id, j.Delivery.Attempts)
+		}
+	}
+}
+
+func TestOneBadRequestFailsByItsOwnAttempts(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(outageT0)
+	dest := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.URL.Path == "/bad" {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})
+	m := &circuitMetrics{}
+	b := outageSetup(t, clk, m, app.OutageConfig{FailureThreshold: 3})
+	bad := b.enqueue(t, req("bad", dest.URL+"/bad"))
+	var good []domain.JobID
+	for i := range 20 {
+		good = append(good, b.enqueue(t, req(fmt.Sprintf("good%d", i), dest.URL+"/ok")))
+	}
+	drive(t, clk, 5*time.Millisecond, "the bad job to fail", func() bool {
+		j, _ := b.svc.Get(t.Context(), bad)
+		return j != nil && j.Status == domain.StatusFailed
+	})
+	j, _ := b.svc.Get(t.Context(), bad)
+	if j.Attempts != 5 || j.Result.Reason != "upstream returned 500" {
+		t.Fatalf("bad job: %d attempts, reason %q", j.Attempts, j.Result.Reason)
+	}
+	drive(t, clk, 5*time.Millisecond, "the good jobs to complete", func() bool {
+		for _, id := range good {
+			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Status != domain.StatusCompleted {
+				return false
+			}
+		}
+		return true
+	})
+	if got := m.got(); len(got) != 0 {
+		t.Fatalf("a healthy destination's circuit changed: %v", got)
+	}
+}
+
+func TestOutageDetectionOff(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(outageT0)
+	dest := newFlaky(t, clk, http.StatusOK)
+	b := outageSetup(t, clk, nil, app.OutageConfig{FailureThreshold: -1})
+	var ids []domain.JobID
+	for i := range 4 {
+		ids = append(ids, b.enqueue(t, req(fmt.Sprintf("k%d", i), dest.URL+"/x")))
+	}
+	drive(t, clk, 5*time.Millisecond, "every job to fail by its retries", func() bool {
+		for _, id := range ids {
+			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Status != domain.StatusFailed {
+				return false
+			}
+		}
+		return true
+	})
+	if c := laneCircuit(b, t, laneOf(dest.upstream)); c.State != "closed" && c.State != "" {
+		t.Fatalf("circuit %+v with detection off", c)
+	}
+}
