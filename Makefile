@@ -14,7 +14,7 @@ build: ## build aquiferd and the tools into ./bin
 	$(GO) build -o $(BIN)/aquiferd ./cmd/aquiferd
 	$(GO) build -o $(BIN)/aquifer-bench ./cmd/aquifer-bench
 
-run: ## build and start aquiferd on :8080 with data in ./data
+run: ## build and start aquiferd on 127.0.0.1:8080 (AQUIFER_HOST=0.0.0.0: all interfaces) with data in ./data
 	$(GO) build -o $(BIN)/aquiferd ./cmd/aquiferd
 	PORT=$${PORT:-8080} AQUIFER_LOG_FORMAT=$${AQUIFER_LOG_FORMAT:-console} ./$(BIN)/aquiferd
 

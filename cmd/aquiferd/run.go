@@ -51,11 +51,13 @@ func Run(ctx context.Context, args []string, lookup config.LookupEnv, stdout, st
 		return hashKey(fs.Args()[1:], stdout)
 	case "check-config":
 		return checkConfig(lookup, stdout)
+	case "probe":
+		return probe(ctx, fs.Args()[1:], lookup, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "aquiferd %s\n", Version)
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q (commands: check-config, hash-key, version; see aquiferd -help)", cmd)
+		return fmt.Errorf("unknown command %q (commands: check-config, hash-key, probe, version; see aquiferd -help)", cmd)
 	}
 
 	cfg, err := config.Load(lookup)
@@ -157,13 +159,13 @@ func (d *daemon) serve(ctx context.Context) error {
 	if err := d.aq.Start(ctx); err != nil { // on failure it has stopped what it started
 		return errors.Join(err, d.closeStore())
 	}
-	addr := "none"
+	addr, scope := "none", "none"
 	if d.web != nil {
-		addr = d.web.Addr().String()
+		addr, scope = d.web.Addr().String(), listenScope(d.web.Addr())
 	}
-	d.log.Info("aquiferd started", zap.String("version", Version), zap.String("addr", addr),
-		zap.String("db_path", d.cfg.DBPath), zap.String("store", d.cfg.StoreBackend), zap.String("instance_id", d.cfg.InstanceID),
-		zap.String("sqlite_sync", d.cfg.SQLiteSync), zap.Strings("adapters", d.cfg.Adapters))
+	fields := append([]zap.Field{zap.String("version", Version), zap.String("addr", addr), zap.String("listen", scope),
+		zap.String("store", d.cfg.StoreBackend)}, storeFields(d.cfg)...)
+	d.log.Info("aquiferd started, listening on "+addr+" ("+scope+")", append(fields, zap.Strings("adapters", d.cfg.Adapters))...)
 	switch {
 	case len(d.cfg.Tenants) > 0:
 		d.log.Info("API keys required: every job, pool and stream endpoint is scoped to its key's tenant", zap.Int("tenants", len(d.cfg.Tenants)))
@@ -173,6 +175,7 @@ func (d *daemon) serve(ctx context.Context) error {
 			d.log.Warn("pool endpoints are open: anyone who can reach Aquifer can register a pool member and receive pool jobs; set AQUIFER_POOL_TOKEN")
 		}
 	}
+	d.warnOpenListener(scope, addr)
 	if d.cfg.MemoryLimitMB == 0 {
 		d.log.Warn("no memory limit set: under sustained overload memory grows until the OS intervenes; set AQUIFER_MEMORY_LIMIT_MB to shed load with 429s instead")
 	}
@@ -316,6 +319,7 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintln(w, "  (none)         run the daemon")
 	fmt.Fprintln(w, "  check-config   validate the configuration (environment and CONFIG_PATH) and exit")
 	fmt.Fprintln(w, "  hash-key [KEY] print the key_sha256 of an API key for the tenants: list (no KEY: make a new one)")
+	fmt.Fprintln(w, "  probe          GET /health of the local instance (AQUIFER_HOST, PORT; or -url URL): exit 0 if it answers 200 with status ok, 1 with the reason otherwise; -timeout 3s")
 	fmt.Fprintln(w, "  version        print the version")
 	fmt.Fprintln(w, "\nFlags:")
 	fs.PrintDefaults()

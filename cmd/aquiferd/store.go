@@ -30,6 +30,25 @@ func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger) (aquife
 	}
 }
 
+// storeFields are the settings of the selected store backend for the
+// start-up log: only those that apply to it.
+func storeFields(cfg *config.Config) []zap.Field {
+	switch cfg.StoreBackend {
+	case "pebble":
+		return []zap.Field{zap.String("db_path", cfg.DBPath),
+			zap.Duration("pebble_wal_sync_interval", cfg.PebbleWALSyncInterval)}
+	case "postgres":
+		// Not the DSN: it may hold a password.
+		schema := cfg.PostgresSchema
+		if schema == "" {
+			schema = "(search_path)"
+		}
+		return []zap.Field{zap.String("postgres_schema", schema), zap.String("instance_id", cfg.InstanceID)}
+	default:
+		return []zap.Field{zap.String("db_path", cfg.DBPath), zap.String("sqlite_sync", cfg.SQLiteSync)}
+	}
+}
+
 // storeStats describes a store's group commit for the shutdown log.
 func storeStats(s aquifer.Store) []zap.Field {
 	switch s := s.(type) {

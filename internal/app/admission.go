@@ -14,10 +14,12 @@ import (
 // AdmissionConfig sets the limits above which new jobs are shed with a 429
 // (BEHAVIOR.md §16). A zero limit disables that check.
 type AdmissionConfig struct {
-	// MemoryLimitMB rejects new jobs while the live heap (memory held by
-	// reachable objects after the last GC) is above this many MiB. Unlike the
-	// memory obtained from the OS, the live heap shrinks again when load
-	// drops, so the check recovers by itself. 0 = off.
+	// MemoryLimitMB rejects new jobs while the process holds more than this
+	// many MiB: the memory the Go runtime has from the OS less what it has
+	// released back (see processMemory). That figure is right from the first
+	// request (the live heap reads 0 until the first collection) and shrinks
+	// again as the runtime returns freed memory, so the check recovers by
+	// itself. 0 = off.
 	MemoryLimitMB int64
 	// DBMaxBytes rejects new jobs while the store uses more than this many
 	// bytes (SQLite: pages in use plus the WAL, so purged jobs free room).
@@ -30,8 +32,8 @@ type AdmissionConfig struct {
 	RetryAfterMax time.Duration
 	// SampleEvery is how long a measurement is reused; default 250ms.
 	SampleEvery time.Duration
-	// Memory returns the memory figure in bytes; default: the live heap from
-	// runtime/metrics. Tests replace it.
+	// Memory returns the memory figure in bytes; default: processMemory.
+	// Tests replace it.
 	Memory func() int64
 }
 
@@ -46,19 +48,23 @@ func (c AdmissionConfig) withDefaults() AdmissionConfig {
 		c.SampleEvery = 250 * time.Millisecond
 	}
 	if c.Memory == nil {
-		c.Memory = liveHeap
+		c.Memory = processMemory
 	}
 	return c
 }
 
-// liveHeap reads the live heap without stopping the world.
-func liveHeap() int64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+// processMemory is the memory the process holds, in bytes: everything the
+// Go runtime has mapped from the OS (heap, stacks, runtime metadata) less
+// the heap memory it has released back, which is about the process's
+// resident Go memory. It reads runtime/metrics, without stopping the world;
+// admission reuses a reading for SampleEvery rather than reading per job.
+func processMemory() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
+	if s[0].Value.Kind() != metrics.KindUint64 || s[1].Value.Kind() != metrics.KindUint64 {
 		return 0
 	}
-	return int64(s[0].Value.Uint64())
+	return int64(s[0].Value.Uint64() - min(s[1].Value.Uint64(), s[0].Value.Uint64()))
 }
 
 // admission decides whether a new job may be stored.
@@ -93,8 +99,8 @@ func (a *admission) check(ctx context.Context) *domain.RejectedError {
 	defer a.mu.Unlock()
 	a.sampleLocked(ctx)
 	var rej *domain.RejectedError
-	if mb := a.memBytes >> 20; a.cfg.MemoryLimitMB > 0 && mb > a.cfg.MemoryLimitMB {
-		rej = &domain.RejectedError{Limit: domain.LimitMemory, Max: a.cfg.MemoryLimitMB, Current: mb}
+	if a.cfg.MemoryLimitMB > 0 && a.memBytes > a.cfg.MemoryLimitMB<<20 {
+		rej = &domain.RejectedError{Limit: domain.LimitMemory, Max: a.cfg.MemoryLimitMB, Current: (a.memBytes + 1<<20 - 1) >> 20}
 	} else if a.cfg.DBMaxBytes > 0 && a.dbBytes > a.cfg.DBMaxBytes {
 		rej = &domain.RejectedError{Limit: domain.LimitDBSize, Max: a.cfg.DBMaxBytes, Current: a.dbBytes}
 	}

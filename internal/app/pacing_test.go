@@ -406,7 +406,7 @@ func TestAdmissionShedsWithGrowingRetryAfterAndRecovers(t *testing.T) {
 	if !h.Enabled || !h.Rejecting || h.LimitReason != "memory" || h.MemoryMB != 150 || h.RetryAfterSeconds != 60 || h.RejectedTotal != 6 {
 		t.Fatalf("admission health = %+v", h)
 	}
-	// Memory falls (live heap, not a number that never shrinks): admitted
+	// Memory falls (the figure shrinks as memory goes back to the OS): admitted
 	// again, and the streak starts over.
 	mem.Store(10 << 20)
 	if _, err := svc.Enqueue(t.Context(), req("again", target)); err != nil {

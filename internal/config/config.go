@@ -39,7 +39,8 @@ import (
 
 // Config is Aquifer's complete runtime configuration.
 type Config struct {
-	// Host and Port the HTTP listener binds ("" = all interfaces).
+	// Host and Port the HTTP listener binds (Host "0.0.0.0" or "::" = all
+	// interfaces; the default is loopback only).
 	Host string
 	Port int
 	// DataDir holds Aquifer's own files: the database by default, the L8
@@ -65,7 +66,8 @@ type Config struct {
 	SQLiteSync string
 	// MaxBodyBytes limits request bodies (413 above it); 0 disables.
 	MaxBodyBytes int64
-	// MemoryLimitMB sheds new jobs while the live heap exceeds it; 0 disables.
+	// MemoryLimitMB sheds new jobs while the process's memory exceeds it; 0
+	// disables.
 	MemoryLimitMB int64
 	// DBMaxBytes sheds new jobs while the store is larger; 0 disables.
 	DBMaxBytes int64
@@ -147,8 +149,9 @@ type Setting struct {
 var Settings = []Setting{
 	{Key: "port", Env: "PORT", Default: "8080", Doc: "TCP port of the HTTP listener.",
 		apply: func(c *Config, v string) (err error) { c.Port, err = parseInt(v, 1, 65535); return }},
-	{Key: "host", Env: "AQUIFER_HOST", Default: "", Doc: "Interface the HTTP listener binds; empty means all.",
-		apply: func(c *Config, v string) error { c.Host = v; return nil }},
+	{Key: "host", Env: "AQUIFER_HOST", Default: "127.0.0.1",
+		Doc:   "Address the HTTP listener binds: 127.0.0.1 (default) keeps Aquifer on this host; 0.0.0.0 or :: listens on all interfaces (containers, servers).",
+		apply: func(c *Config, v string) (err error) { c.Host, err = parseHost(v); return }},
 	{Key: "data_dir", Env: "AQUIFER_DATA_DIR", Default: "data",
 		Doc: "Directory for Aquifer's own files: the database (unless DB_PATH points elsewhere), the L8 key and the l8-trust directory. Created with mode 0700 if missing.",
 		apply: func(c *Config, v string) error {
@@ -196,7 +199,7 @@ var Settings = []Setting{
 		Doc:   "Largest accepted request body in bytes; larger requests get 413. 0 disables the limit.",
 		apply: func(c *Config, v string) (err error) { c.MaxBodyBytes, err = parseInt64(v, 0); return }},
 	{Key: "limits.memory_limit_mb", Env: "AQUIFER_MEMORY_LIMIT_MB", Default: "0",
-		Doc:   "Shed new jobs with 429 while the live Go heap is above this many MiB. 0 disables the check.",
+		Doc:   "Shed new jobs with 429 while the process holds more than this many MiB (the memory the Go runtime has from the OS less what it has released back, measured from the first request). 0 disables the check.",
 		apply: func(c *Config, v string) (err error) { c.MemoryLimitMB, err = parseInt64(v, 0); return }},
 	{Key: "limits.db_max_bytes", Env: "AQUIFER_DB_MAX_BYTES", Default: "838860800",
 		Doc:   "Shed new jobs with 429 while the job store uses more than this many bytes. 0 disables the check.",

@@ -78,7 +78,7 @@ func TestLoadDefaults(t *testing.T) {
 			t.Parallel()
 			cfg := mustLoad(t, envOf(env))
 			want := &config.Config{
-				Host:                   "",
+				Host:                   "127.0.0.1",
 				Port:                   8080,
 				DataDir:                "data",
 				DBPath:                 filepath.Join("data", "aquifer.db"),
@@ -133,6 +133,10 @@ func TestLoadEnvValues(t *testing.T) {
 		{"port min", map[string]string{"PORT": "1"}, func(c *config.Config) bool { return c.Port == 1 }},
 		{"port max", map[string]string{"PORT": "65535"}, func(c *config.Config) bool { return c.Port == 65535 }},
 		{"host", map[string]string{"AQUIFER_HOST": "127.0.0.1"}, func(c *config.Config) bool { return c.Host == "127.0.0.1" }},
+		{"host all ipv4", map[string]string{"AQUIFER_HOST": "0.0.0.0"}, func(c *config.Config) bool { return c.Host == "0.0.0.0" }},
+		{"host all ipv6", map[string]string{"AQUIFER_HOST": "::"}, func(c *config.Config) bool { return c.Host == "::" }},
+		{"host ipv6 brackets dropped", map[string]string{"AQUIFER_HOST": "[::1]"}, func(c *config.Config) bool { return c.Host == "::1" }},
+		{"host name", map[string]string{"AQUIFER_HOST": "localhost"}, func(c *config.Config) bool { return c.Host == "localhost" }},
 		{"db path", map[string]string{"DB_PATH": "/var/lib/aquifer/q.db"}, func(c *config.Config) bool { return c.DBPath == "/var/lib/aquifer/q.db" }},
 		{"backend case-insensitive", map[string]string{"AQUIFER_STORE_BACKEND": "SQLite"}, func(c *config.Config) bool { return c.StoreBackend == "sqlite" }},
 		{"sqlite sync normal", map[string]string{"AQUIFER_SQLITE_SYNC": "NORMAL"}, func(c *config.Config) bool { return c.SQLiteSync == "normal" }},
@@ -261,6 +265,9 @@ func TestLoadEnvErrors(t *testing.T) {
 		{"port zero", map[string]string{"PORT": "0"}, "PORT: 0 is out of range [1, 65535]"},
 		{"port negative", map[string]string{"PORT": "-1"}, "PORT: -1 is out of range [1, 65535]"},
 		{"port too large", map[string]string{"PORT": "65536"}, "PORT: 65536 is out of range [1, 65535]"},
+		{"host empty", map[string]string{"AQUIFER_HOST": ""}, "AQUIFER_HOST: must not be empty: 127.0.0.1 for this host only, 0.0.0.0 or :: for all interfaces"},
+		{"host with port", map[string]string{"AQUIFER_HOST": "0.0.0.0:8080"}, `AQUIFER_HOST: "0.0.0.0:8080" is not an IP address or host name (the port is PORT)`},
+		{"host url", map[string]string{"AQUIFER_HOST": "http://localhost"}, `AQUIFER_HOST: "http://localhost" is not an IP address or host name`},
 		{"drain without webhook", map[string]string{"AQUIFER_DRAIN_ENABLED": "yes"}, "needs AQUIFER_DRAIN_WEBHOOK_URL"},
 		{"drain on postgres", map[string]string{"AQUIFER_DRAIN_ENABLED": "1", "AQUIFER_DRAIN_WEBHOOK_URL": "http://h.test/d",
 			"AQUIFER_STORE_BACKEND": "postgres", "AQUIFER_POSTGRES_DSN": "postgres://x"}, "needs a store this process owns alone"},

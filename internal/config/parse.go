@@ -1,8 +1,10 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,4 +78,24 @@ func parseBool(v string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("%q is not a boolean (true/false, 1/0, yes/no)", v)
+}
+
+// parseHost accepts the address the HTTP listener binds: an IP address
+// (IPv6 with or without brackets) or a host name. Empty is refused rather
+// than read as "all interfaces", so that a variable left empty by a template
+// never opens the listener to the network: all interfaces are 0.0.0.0 or ::.
+func parseHost(v string) (string, error) {
+	if v == "" {
+		return "", errors.New("must not be empty: 127.0.0.1 for this host only, 0.0.0.0 or :: for all interfaces")
+	}
+	h := strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")
+	if net.ParseIP(h) != nil {
+		return h, nil
+	}
+	for _, r := range h {
+		if !(r == '.' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return "", fmt.Errorf("%q is not an IP address or host name (the port is PORT)", v)
+		}
+	}
+	return h, nil
 }

@@ -129,7 +129,8 @@ type RateTable = app.RateTable
 type RetryPolicy = app.RetryPolicy
 
 // AdmissionLimits shed new jobs with a rejection (HTTP 429) while a limit is
-// exceeded: MemoryLimitMB (live heap, MiB) and DBMaxBytes (store size),
+// exceeded: MemoryLimitMB (the process's memory in MiB: what the Go runtime
+// holds from the OS less what it released) and DBMaxBytes (store size),
 // both 0 = off. RetryAfter (default 5s) doubles per rejection in a row up
 // to RetryAfterMax (default 60s).
 type AdmissionLimits = app.AdmissionConfig

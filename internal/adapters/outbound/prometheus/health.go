@@ -61,7 +61,7 @@ func newHealthCollector(health func(context.Context) *app.Health, upstreams *lab
 
 		admEnabled:    d("admission_enabled", "1 when admission control has a limit to enforce."),
 		admRejecting:  d("admission_rejecting", "1 while admission control sheds new jobs (the last check found a limit exceeded)."),
-		admMem:        d("admission_memory_bytes", "Live Go heap after the last GC, which AQUIFER_MEMORY_LIMIT_MB is checked against (MiB resolution)."),
+		admMem:        d("admission_memory_bytes", "Memory the process holds (from the OS, less what the Go runtime released), which AQUIFER_MEMORY_LIMIT_MB is checked against (MiB resolution)."),
 		admMemLimit:   d("admission_memory_limit_bytes", "AQUIFER_MEMORY_LIMIT_MB in bytes; 0 means no limit."),
 		admRetryAfter: d("admission_retry_after_seconds", "The Retry-After the next rejection would carry."),
 		storeBytes:    d("store_bytes", "The job store's size as admission control measures it."),

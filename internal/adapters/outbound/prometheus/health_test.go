@@ -83,7 +83,7 @@ aquifer_lane_paused_queues{upstream="pool:readers"} 0
 # HELP aquifer_admission_rejecting 1 while admission control sheds new jobs (the last check found a limit exceeded).
 # TYPE aquifer_admission_rejecting gauge
 aquifer_admission_rejecting 1
-# HELP aquifer_admission_memory_bytes Live Go heap after the last GC, which AQUIFER_MEMORY_LIMIT_MB is checked against (MiB resolution).
+# HELP aquifer_admission_memory_bytes Memory the process holds (from the OS, less what the Go runtime released), which AQUIFER_MEMORY_LIMIT_MB is checked against (MiB resolution).
 # TYPE aquifer_admission_memory_bytes gauge
 aquifer_admission_memory_bytes 1.048576e+08
 # HELP aquifer_admission_memory_limit_bytes AQUIFER_MEMORY_LIMIT_MB in bytes; 0 means no limit.
