@@ -185,6 +185,15 @@ func (d *dispatcher) busy(u domain.UpstreamKey) bool {
 	return l != nil && l.busy()
 }
 
+// down reports whether u's lane has found its destination down (its
+// outage circuit is not closed).
+func (d *dispatcher) down(u domain.UpstreamKey) bool {
+	d.mu.RLock()
+	l := d.lanes[u]
+	d.mu.RUnlock()
+	return l != nil && l.outage.stats().State != pacing.CircuitClosed
+}
+
 // anyBusy reports whether any lane has work.
 func (d *dispatcher) anyBusy() bool {
 	d.mu.RLock()

@@ -345,3 +345,33 @@ func TestOutageDetectionOff(t *testing.T) {
 		t.Fatalf("circuit %+v with detection off", c)
 	}
 }
+
+func TestProxyQueuesForADestinationThatIsDown(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(outageT0)
+	dest := newFlaky(t, clk, http.StatusOK)
+	b := outageSetup(t, clk, nil, app.OutageConfig{FailureThreshold: 2})
+	a := b.enqueue(t, req("a", dest.URL+"/x"))
+	c := b.enqueue(t, req("c", dest.URL+"/x"))
+	lane := laneOf(dest.upstream)
+	drive(t, clk, 5*time.Millisecond, "the circuit to open", func() bool { return laneCircuit(b, t, lane).State == "open" })
+	// With its work cancelled the lane has no backlog; its circuit still
+	// knows the destination is down.
+	for _, id := range []domain.JobID{a, c} {
+		if _, err := b.svc.Cancel(t.Context(), id); err != nil {
+			t.Fatalf("Cancel: %v", err)
+		}
+	}
+	hitsBefore := dest.count()
+	res, err := b.svc.Proxy(t.Context(), req("p", dest.URL+"/x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Sub.Close()
+	if !res.Fallback || res.Reason != app.FallbackDegraded {
+		t.Fatalf("proxy to a destination that is down: fallback %v reason %q, want %q", res.Fallback, res.Reason, app.FallbackDegraded)
+	}
+	if dest.count() != hitsBefore {
+		t.Fatal("the proxy sent a direct attempt to a destination known to be down")
+	}
+}

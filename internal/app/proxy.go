@@ -250,8 +250,9 @@ func (s *Service) Proxy(ctx context.Context, req *domain.JobRequest) (*ProxyResu
 	switch {
 	case job.PoolID != "":
 		reason = FallbackPoolRouted
-	case s.proxy.breakerOpen(upstream, now) || s.d.busy(upstream) || s.d.heldElsewhere(upstream) != "":
-		// Another process holding the lane means it has a backlog there.
+	case s.proxy.breakerOpen(upstream, now) || s.d.busy(upstream) || s.d.down(upstream) || s.d.heldElsewhere(upstream) != "":
+		// Another process holding the lane means it has a backlog there; a
+		// lane whose outage circuit is open knows the destination is down.
 		reason = FallbackDegraded
 	}
 	if reason != "" {
