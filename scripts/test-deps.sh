@@ -2,6 +2,10 @@
 # Makes sure what the test suite needs is present, so `make test` works on a
 # fresh machine with nothing done by hand:
 #   - Go modules (from the module proxy);
+#   - if npm is installed, the official Standard Webhooks library for
+#     JavaScript, which cmd/aquiferd's interop test verifies deliveries with
+#     (installed once into the user cache directory; a failure here is only a
+#     warning: the test installs it itself, and fails if it cannot);
 #   - a PostgreSQL server on 127.0.0.1:5432 accepting user postgres without a
 #     password from loopback, with a database named "test" (the Postgres
 #     store's tests give each test its own schema in it).
@@ -12,6 +16,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 go mod download
+
+# The same directory as standardWebhooksDir() in
+# cmd/aquiferd/standardwebhooks_e2e_test.go (Go's os.UserCacheDir on Linux).
+warm_standardwebhooks() {
+	local dir="${XDG_CACHE_HOME:-$HOME/.cache}/aquifer-test/standardwebhooks-1.1.1"
+	[ -f "$dir/installed" ] && return 0
+	mkdir -p "$(dirname "$dir")"
+	local tmp
+	tmp=$(mktemp -d "$(dirname "$dir")/.install-XXXXXX")
+	echo '{"private": true}' >"$tmp/package.json"
+	if (cd "$tmp" && npm_config_update_notifier=false npm install --no-audit --no-fund standardwebhooks@1.1.1 >/dev/null 2>&1) &&
+		echo 1.1.1 >"$tmp/installed" && mv -T "$tmp" "$dir" 2>/dev/null; then
+		return 0
+	fi
+	rm -rf "$tmp"
+	[ -f "$dir/installed" ]
+}
+if command -v npm >/dev/null 2>&1; then
+	warm_standardwebhooks || echo "test-deps: could not install standardwebhooks with npm; the interop test will try again" >&2
+fi
 
 if [ -n "${TEST_DATABASE_URL:-}" ] || [ "${AQUIFER_TEST_POSTGRES:-}" = skip ]; then
 	exit 0

@@ -49,6 +49,8 @@ func Run(ctx context.Context, args []string, lookup config.LookupEnv, stdout, st
 	case "":
 	case "hash-key":
 		return hashKey(fs.Args()[1:], stdout)
+	case "gen-webhook-secret":
+		return genWebhookSecret(fs.Args()[1:], stdout, stderr)
 	case "check-config":
 		return checkConfig(lookup, stdout)
 	case "probe":
@@ -57,7 +59,7 @@ func Run(ctx context.Context, args []string, lookup config.LookupEnv, stdout, st
 		fmt.Fprintf(stdout, "aquiferd %s\n", Version)
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q (commands: check-config, hash-key, probe, version; see aquiferd -help)", cmd)
+		return fmt.Errorf("unknown command %q (commands: check-config, gen-webhook-secret, hash-key, probe, version; see aquiferd -help)", cmd)
 	}
 
 	cfg, err := config.Load(lookup)
@@ -130,6 +132,7 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 		Tenants:      tenants(cfg.Tenants),
 		Proxy: aquifer.ProxyOptions{DirectTimeout: cfg.ProxyDirectTimeout, BreakerMultiplier: cfg.ProxyBreakerMultiplier,
 			DefaultCooldown: cfg.ProxyBreakerCooldown, ORCAThreshold: cfg.ProxyORCAThreshold},
+		WebhookSecrets: cfg.WebhookSecrets,
 		Drain: aquifer.DrainOptions{Enabled: cfg.DrainEnabled, WebhookURL: cfg.DrainWebhookURL, Idle: cfg.DrainIdle,
 			PageSize: cfg.DrainPageSize},
 		Adapters: doors,
@@ -239,6 +242,23 @@ func hashKey(args []string, stdout io.Writer) error {
 	return nil
 }
 
+// genWebhookSecret prints a new random Standard Webhooks shared secret
+// (whsec_ + base64 of 32 bytes) alone on stdout, so it can be captured
+// ($(aquiferd gen-webhook-secret)); the advice goes to stderr.
+func genWebhookSecret(args []string, stdout, stderr io.Writer) error {
+	if len(args) != 0 {
+		return errors.New("usage: aquiferd gen-webhook-secret")
+	}
+	s, err := aquifer.NewWebhookSecret()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, s)
+	fmt.Fprintln(stderr, "Set it as AQUIFER_WEBHOOK_SECRET (or a tenant's webhook_secret) and give the same value to the receiver;")
+	fmt.Fprintln(stderr, "to rotate, list the new one beside the old (docs/L8.md).")
+	return nil
+}
+
 // checkConfig loads and validates the configuration (environment and
 // CONFIG_PATH) without starting anything, and says what it would run.
 func checkConfig(lookup config.LookupEnv, stdout io.Writer) error {
@@ -272,7 +292,27 @@ func checkConfig(lookup config.LookupEnv, stdout io.Writer) error {
 	} else {
 		fmt.Fprintln(stdout, "  tenants:   none (open mode: anyone who can reach Aquifer can use it)")
 	}
+	fmt.Fprintf(stdout, "  webhooks:  %s\n", signingSummary(cfg))
 	return nil
+}
+
+// signingSummary says which signatures webhook deliveries carry, counting
+// secrets, never showing them.
+func signingSummary(cfg *config.Config) string {
+	own := 0
+	for _, t := range cfg.Tenants {
+		if len(t.WebhookSecrets) > 0 {
+			own++
+		}
+	}
+	v1 := "no v1 (set AQUIFER_WEBHOOK_SECRET for the official Standard Webhooks libraries)"
+	if len(cfg.WebhookSecrets) > 0 || own > 0 {
+		v1 = fmt.Sprintf("v1 with %d shared secret(s)", len(cfg.WebhookSecrets))
+		if own > 0 {
+			v1 += fmt.Sprintf(", %d tenant(s) with their own", own)
+		}
+	}
+	return "signed with " + v1 + "; v1a and L8 with the L8 key"
 }
 
 // tenants converts the configured tenants for the core.
@@ -280,7 +320,7 @@ func tenants(ts []config.Tenant) []aquifer.Tenant {
 	out := make([]aquifer.Tenant, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, aquifer.Tenant{Name: t.Name, KeySHA256: t.KeySHA256, MaxQueued: t.MaxQueued,
-			Rates: t.Upstreams, Destinations: t.Destinations})
+			Rates: t.Upstreams, Destinations: t.Destinations, WebhookSecrets: t.WebhookSecrets})
 	}
 	return out
 }
@@ -316,11 +356,12 @@ func newLogger(cfg *config.Config, w io.Writer) (*zap.Logger, error) {
 func usage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintf(w, "aquiferd %s — durable, rate-paced HTTP job queue\n\nUsage: aquiferd [flags] [command]\n\n", Version)
 	fmt.Fprintln(w, "Commands:")
-	fmt.Fprintln(w, "  (none)         run the daemon")
-	fmt.Fprintln(w, "  check-config   validate the configuration (environment and CONFIG_PATH) and exit")
-	fmt.Fprintln(w, "  hash-key [KEY] print the key_sha256 of an API key for the tenants: list (no KEY: make a new one)")
-	fmt.Fprintln(w, "  probe          GET /health of the local instance (AQUIFER_HOST, PORT; or -url URL): exit 0 if it answers 200 with status ok, 1 with the reason otherwise; -timeout 3s")
-	fmt.Fprintln(w, "  version        print the version")
+	fmt.Fprintln(w, "  (none)              run the daemon")
+	fmt.Fprintln(w, "  check-config        validate the configuration (environment and CONFIG_PATH) and exit")
+	fmt.Fprintln(w, "  gen-webhook-secret  print a new random Standard Webhooks secret (whsec_…) for AQUIFER_WEBHOOK_SECRET")
+	fmt.Fprintln(w, "  hash-key [KEY]      print the key_sha256 of an API key for the tenants: list (no KEY: make a new one)")
+	fmt.Fprintln(w, "  probe               GET /health of the local instance (AQUIFER_HOST, PORT; or -url URL): exit 0 if it answers 200 with status ok, 1 with the reason otherwise; -timeout 3s")
+	fmt.Fprintln(w, "  version             print the version")
 	fmt.Fprintln(w, "\nFlags:")
 	fs.PrintDefaults()
 	fmt.Fprintln(w, "\nSettings (environment variable, YAML key in CONFIG_PATH, default):")

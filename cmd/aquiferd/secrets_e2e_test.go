@@ -8,8 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +20,9 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aquiferhq/aquifer/pkg/aquifer"
+	"github.com/aquiferhq/aquifer/pkg/aquifer/webhookverify"
 )
 
 // TestSecretsNeverLeave runs jobs carrying secret headers through every
@@ -45,11 +51,29 @@ func TestSecretsNeverLeave(t *testing.T) {
 		fmt.Fprint(w, `{"ok":true}`)
 	}))
 	defer target.Close()
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	// The webhook secret signs the deliveries and must show nowhere either.
+	webhookSecret, err := aquifer.NewWebhookSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hookMu sync.Mutex
+	var delivered []http.Header
+	var deliveredBodies [][]byte
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path != "/h" {
+			http.NotFound(w, r) // the L8 discovery: this receiver does not speak L8
+			return
+		}
+		hookMu.Lock()
+		delivered, deliveredBodies = append(delivered, r.Header.Clone()), append(deliveredBodies, b)
+		hookMu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
 	defer hook.Close()
 
 	d := startDaemon(t, []string{"AQUIFER_DATA_DIR=" + filepath.Join(t.TempDir(), "data"), "AQUIFER_ADAPTER=http,a2a,mcp-http",
-		"AQUIFER_LOG_LEVEL=debug"})
+		"AQUIFER_LOG_LEVEL=debug", "AQUIFER_WEBHOOK_SECRET=" + webhookSecret})
 	hdrJSON, _ := json.Marshal(headers)
 	submit := func(key, path string) string {
 		body := fmt.Sprintf(`{"user_id":"u","idempotent_key":%q,"url":%q,"method":"POST","headers":%s,"body":"payload","webhook_url":%q}`,
@@ -156,6 +180,35 @@ func TestSecretsNeverLeave(t *testing.T) {
 	for _, s := range secrets {
 		if !strings.Contains(received.String(), s) {
 			t.Errorf("the destination did not receive %s: redaction must only affect what Aquifer shows", s)
+		}
+	}
+
+	// The webhook secret: in use (the deliveries verify with it), and shown
+	// nowhere, in either form (also not in check-config's output).
+	cc := exec.Command(aquiferdBinary(t), "check-config")
+	cc.Env = append(os.Environ(), "AQUIFER_DATA_DIR="+filepath.Join(t.TempDir(), "cc"), "AQUIFER_WEBHOOK_SECRET="+webhookSecret)
+	ccOut, err := cc.CombinedOutput()
+	if err != nil {
+		t.Fatalf("check-config: %v\n%s", err, ccOut)
+	}
+	out += "\n--- check-config\n" + string(ccOut)
+	for _, form := range []string{webhookSecret, strings.TrimPrefix(webhookSecret, "whsec_")} {
+		if i := strings.Index(out, form); i >= 0 {
+			t.Errorf("the webhook secret leaked: …%s…", out[max(0, i-200):min(len(out), i+100)])
+		}
+	}
+	v, err := webhookverify.NewWithSecret(webhookSecret, webhookverify.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hookMu.Lock()
+	defer hookMu.Unlock()
+	if len(delivered) == 0 {
+		t.Fatal("no webhook was delivered: the webhook secret check proves nothing")
+	}
+	for i, h := range delivered {
+		if _, err := v.Verify(h, deliveredBodies[i]); err != nil {
+			t.Errorf("delivery %d does not verify with the webhook secret: %v", i, err)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/l8"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -105,9 +106,18 @@ type Config struct {
 	// process is idle, then clear it.
 	Drain DrainConfig
 
-	// L8 signs webhook deliveries (Standard Webhooks always, L8 for
-	// receivers that proved their identity). Off when L8.Identity is nil.
+	// L8 signs webhook deliveries with Aquifer's Ed25519 identity
+	// (Standard Webhooks v1a always, L8 for receivers that proved their
+	// identity). Off when L8.Identity is nil.
 	L8 L8Config
+
+	// WebhookSecrets are the Standard Webhooks shared secrets: every
+	// webhook delivery and drain page carries one v1 (HMAC-SHA256)
+	// signature per secret, beside v1a, in the one webhook-signature
+	// header. Several secrets are for rotation. A tenant's own
+	// Tenant.WebhookSecrets replace them for its jobs. They work with or
+	// without L8. None: no v1 signatures.
+	WebhookSecrets []l8.Secret
 
 	// Rand returns numbers in [0,1) for jitter; default math/rand/v2.
 	Rand func() float64
@@ -216,6 +226,10 @@ func (c Config) Validate() error {
 	}
 	if err := c.Outage.validate(); err != nil {
 		errs = append(errs, err)
+	}
+	errs = append(errs, validateSecrets("app: WebhookSecrets", c.WebhookSecrets)...)
+	for _, t := range c.Tenants {
+		errs = append(errs, validateSecrets("app: tenant "+t.Name+": WebhookSecrets", t.WebhookSecrets)...)
 	}
 	if c.Store != nil {
 		if err := validateDrain(c.Drain, c.Store); err != nil {

@@ -119,7 +119,7 @@ func (tm *trustManager) trusted(ctx context.Context, target string) bool {
 		tm.mu.Unlock()
 		close(done)
 		if err != nil {
-			tm.log.Info("webhook receiver does not speak L8; deliveries go unsigned",
+			tm.log.Info("webhook receiver does not speak L8; deliveries carry Standard Webhooks signatures only",
 				zap.String("domain", dom), zap.String("reason", err.Error()), zap.Duration("retry_in", tm.cfg.MissTTL))
 			return false
 		}
@@ -216,24 +216,55 @@ func (t *memTrust) Put(tr *l8.Trust) error {
 }
 
 // signDelivery adds the signatures to a webhook delivery: Standard Webhooks
-// always (webhook-id is the job id, stable across retries), L8 when the
-// receiver is trusted (a new delivery id per attempt).
+// (webhook-id is the job id, stable across retries) with the job's
+// tenant's secrets or else the global ones, and, with an identity, v1a and
+// L8 when the receiver is trusted (a new delivery id per attempt).
 func (d *dispatcher) signDelivery(ctx context.Context, req *http.Request, j *domain.Job, body []byte) {
-	d.sign(ctx, req, "msg_"+string(j.ID), j.WebhookURL, body)
+	d.signWith(ctx, req, "msg_"+string(j.ID), j.WebhookURL, body, d.webhookSecrets(domain.TenantOfJob(j)))
 }
 
-// sign adds the Standard Webhooks signature (webhook-id msgID) and, if the
-// receiver at target is trusted, the L8 signature to req.
+// sign adds the signatures of a request that belongs to no tenant (a drain
+// page): Standard Webhooks with the global secrets, v1a and L8 as for
+// deliveries.
 func (d *dispatcher) sign(ctx context.Context, req *http.Request, msgID, target string, body []byte) {
-	if d.trust == nil {
-		return
-	}
+	d.signWith(ctx, req, msgID, target, body, d.cfg.WebhookSecrets)
+}
+
+// signWith sets the Standard Webhooks headers (webhook-id msgID): a v1
+// signature per secret and, with an identity, v1a; then the L8 headers if
+// the receiver at target is trusted. With neither secrets nor identity the
+// request goes unsigned.
+func (d *dispatcher) signWith(ctx context.Context, req *http.Request, msgID, target string, body []byte, secrets []l8.Secret) {
 	now := d.cfg.Clock.Now()
 	id := d.cfg.L8.Identity
-	id.SignStandard(req.Header, msgID, body, now)
+	if !l8.SignStandardHeaders(req.Header, msgID, body, now, secrets, id) || d.trust == nil {
+		return
+	}
 	if d.trust.trusted(ctx, target) {
 		id.SignL8(req.Header, body, now)
 	}
+}
+
+// webhookSecrets are the v1 secrets of a tenant's deliveries: its own, or
+// the global ones when it has none (or for jobs of no tenant).
+func (d *dispatcher) webhookSecrets(tenant string) []l8.Secret {
+	if d.tenants != nil && tenant != "" {
+		if s := d.tenants.byName[tenant].WebhookSecrets; len(s) > 0 {
+			return s
+		}
+	}
+	return d.cfg.WebhookSecrets
+}
+
+// validateSecrets reports zero secrets in a list.
+func validateSecrets(where string, secrets []l8.Secret) []error {
+	var errs []error
+	for i, s := range secrets {
+		if s.IsZero() {
+			errs = append(errs, fmt.Errorf("%s[%d] is empty", where, i))
+		}
+	}
+	return errs
 }
 
 // L8Metadata is the discovery document for /.well-known/l8 (nil when L8 is

@@ -184,7 +184,7 @@ func TestL8HandshakeSignsDeliveries(t *testing.T) {
 	if d, c := rc.counts(); d != 1 || c != 1 {
 		t.Fatalf("discovery %d, challenges %d for three deliveries; want one handshake", d, c)
 	}
-	file := filepath.Join(trustDir, strings.ReplaceAll(strings.TrimPrefix(rc.URL, "http://"), ":", "_")+".json")
+	file := filepath.Join(trustDir, "http_"+strings.ReplaceAll(strings.TrimPrefix(rc.URL, "http://"), ":", "_")+".json")
 	fi, err := os.Stat(file)
 	if err != nil {
 		t.Fatalf("trust file: %v", err)

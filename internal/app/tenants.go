@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/l8"
 	"github.com/aquiferhq/aquifer/internal/pacing"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
@@ -26,6 +27,9 @@ type Tenant struct {
 	// Destinations narrows where the tenant's jobs may go, on top of the
 	// global rules.
 	Destinations domain.DestinationRules
+	// WebhookSecrets sign the tenant's webhook deliveries (Standard
+	// Webhooks v1) instead of Config.WebhookSecrets; none: the global ones.
+	WebhookSecrets []l8.Secret
 }
 
 type tenantKey struct{}

@@ -120,6 +120,9 @@ type Config struct {
 	// L8MissTTL is how long a webhook receiver without L8 is left alone
 	// before it is probed again.
 	L8MissTTL time.Duration
+	// WebhookSecrets are the Standard Webhooks shared secrets ("whsec_…")
+	// deliveries are v1-signed with; several while rotating.
+	WebhookSecrets []string
 	// Rates is the pacing table: defaults and per-upstream ceilings.
 	Rates Rates
 	// Destinations are the global destination rules (YAML destinations:).
@@ -272,11 +275,14 @@ var Settings = []Setting{
 		Doc:   "L8 key file (raw 64 bytes, mode 0600), read at start or generated and written there. Empty means l8.key in the data directory.",
 		apply: func(c *Config, v string) error { c.L8KeyPath = v; return nil }},
 	{Key: "l8.trust_dir", Env: "AQUIFER_L8_TRUST_DIR", Default: "",
-		Doc:   "Directory of trusted webhook receivers, one {domain}.json each; delete a file to revoke trust. Empty means l8-trust in the data directory.",
+		Doc:   "Directory of trusted webhook receivers, one file per receiver named {scheme}_{host}_{port}.json (the port only when the webhook URL has one), e.g. https_hooks.example.com_8443.json; delete a file to revoke trust. Empty means l8-trust in the data directory.",
 		apply: func(c *Config, v string) error { c.L8TrustDir = v; return nil }},
 	{Key: "l8.miss_ttl", Env: "AQUIFER_L8_MISS_TTL", Default: "10m",
-		Doc:   "How long a webhook receiver that does not speak L8 (or failed the handshake) gets unsigned deliveries before it is probed again.",
+		Doc:   "How long a webhook receiver that does not speak L8 (or failed the handshake) gets deliveries without the L8 headers (Standard Webhooks signatures only) before it is probed again.",
 		apply: func(c *Config, v string) (err error) { c.L8MissTTL, err = parseDuration(v); return }},
+	{Key: "webhooks.secret", Env: "AQUIFER_WEBHOOK_SECRET", Default: "",
+		Doc:   "Standard Webhooks shared secret: whsec_ + standard base64 of 24 to 64 bytes (aquiferd gen-webhook-secret makes one). Every webhook delivery then carries a v1 (HMAC-SHA256) signature, which the official Standard Webhooks libraries verify. Several secrets, separated by spaces or commas, rotate: one v1 signature per secret. A tenant's webhook_secret replaces it for that tenant's jobs. Invalid is an error at start. Treat it as a secret.",
+		apply: func(c *Config, v string) (err error) { c.WebhookSecrets, err = parseWebhookSecrets(v); return }},
 	{Key: "adapter", Env: "AQUIFER_ADAPTER", Default: "http",
 		Doc: "Inbound adapters to run, comma-separated: http (REST), a2a (A2A agent), mcp-http (MCP streamable HTTP at /mcp), mcp-stdio (MCP on stdin/stdout). http, a2a and mcp-http share one listener.",
 		apply: func(c *Config, v string) error {

@@ -142,7 +142,7 @@ func TestExampleCommentsOutOnlySecrets(t *testing.T) {
 		}
 	}
 	sort.Strings(got)
-	want := []string{"l8.private_key", "pools.token", "store.postgres_dsn"}
+	want := []string{"l8.private_key", "pools.token", "store.postgres_dsn", "webhooks.secret"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("settings commented out in %s = %v, want %v (the secrets only)", examplePath, got, want)
 	}

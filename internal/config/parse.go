@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -98,4 +99,36 @@ func parseHost(v string) (string, error) {
 		}
 	}
 	return h, nil
+}
+
+// parseWebhookSecrets splits a list of Standard Webhooks shared secrets
+// (separated by spaces or commas) and checks each is "whsec_" + standard
+// base64 of 24 to 64 bytes, the form the official libraries decode. Errors
+// say which entry and what is wrong, never the value.
+func parseWebhookSecrets(v string) ([]string, error) {
+	list := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+	var errs []error
+	for i, s := range list {
+		where := "the secret"
+		if len(list) > 1 {
+			where = fmt.Sprintf("secret %d of %d", i+1, len(list))
+		}
+		b64, ok := strings.CutPrefix(s, "whsec_")
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s does not start with whsec_ (aquiferd gen-webhook-secret makes one)", where))
+			continue
+		}
+		raw, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s is not whsec_ followed by standard base64 (with padding)", where))
+			continue
+		}
+		if len(raw) < 24 || len(raw) > 64 {
+			errs = append(errs, fmt.Errorf("%s decodes to %d bytes; use 24 to 64 (aquiferd gen-webhook-secret makes 32)", where, len(raw)))
+		}
+	}
+	if len(errs) > 0 || len(list) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	return list, nil
 }

@@ -31,6 +31,10 @@ type Tenant struct {
 	// Destinations narrows where the tenant's jobs may go, on top of the
 	// global destinations: rules.
 	Destinations domain.DestinationRules
+	// WebhookSecrets sign the tenant's webhook deliveries (Standard
+	// Webhooks v1) instead of AQUIFER_WEBHOOK_SECRET (YAML webhook_secret:
+	// one secret or a list).
+	WebhookSecrets []string
 }
 
 var tenantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -102,6 +106,8 @@ func loadTenants(path string) ([]Tenant, error) {
 						err = nil
 					}
 				}
+			case "webhook_secret":
+				t.WebhookSecrets, err = decodeWebhookSecrets(node)
 			default:
 				err = errors.New("unknown setting")
 			}
@@ -132,3 +138,28 @@ func loadTenants(path string) ([]Tenant, error) {
 }
 
 func toAnyMap(m map[string]any) any { return m }
+
+// decodeWebhookSecrets reads a tenant's webhook_secret: one secret (or
+// several separated by spaces or commas) or a list of them.
+func decodeWebhookSecrets(node yaml.Node) ([]string, error) {
+	var list []string
+	switch node.Kind {
+	case yaml.ScalarNode:
+		var one string
+		if err := node.Decode(&one); err != nil {
+			return nil, errors.New("must be a whsec_ secret or a list of them")
+		}
+		list = []string{one}
+	case yaml.SequenceNode:
+		if err := node.Decode(&list); err != nil {
+			return nil, errors.New("must be a whsec_ secret or a list of them")
+		}
+	default:
+		return nil, errors.New("must be a whsec_ secret or a list of them")
+	}
+	secrets, err := parseWebhookSecrets(strings.Join(list, ","))
+	if err == nil && len(secrets) == 0 {
+		err = errors.New("is empty; leave it out to use AQUIFER_WEBHOOK_SECRET")
+	}
+	return secrets, err
+}

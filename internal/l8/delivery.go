@@ -2,6 +2,7 @@ package l8
 
 import (
 	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -59,11 +60,37 @@ func (id *Identity) SignL8(h http.Header, body []byte, now time.Time) {
 // msgID as webhook-id (stable across retries of one message) and an
 // asymmetric v1a signature.
 func (id *Identity) SignStandard(h http.Header, msgID string, body []byte, now time.Time) {
+	SignStandardHeaders(h, msgID, body, now, nil, id)
+}
+
+// Signature versions in webhook-signature.
+const (
+	VersionHMAC       = "v1"  // HMAC-SHA256 with a shared secret
+	VersionAsymmetric = "v1a" // Ed25519 with Aquifer's identity
+)
+
+// SignStandardHeaders sets the Standard Webhooks headers on h for body:
+// webhook-id msgID (stable across retries of one message), the time, and
+// webhook-signature listing one "v1,<sig>" per secret, then "v1a,<sig>"
+// when id is not nil, all over the same id, timestamp and body. With
+// neither it sets nothing and returns false.
+func SignStandardHeaders(h http.Header, msgID string, body []byte, now time.Time, secrets []Secret, id *Identity) bool {
+	if len(secrets) == 0 && id == nil {
+		return false
+	}
 	ts := strconv.FormatInt(now.Unix(), 10)
-	sig := id.sign(StandardString(msgID, ts, body))
+	signed := StandardString(msgID, ts, body)
+	entries := make([]string, 0, len(secrets)+1)
+	for _, s := range secrets {
+		entries = append(entries, VersionHMAC+","+base64.StdEncoding.EncodeToString(s.mac(signed)))
+	}
+	if id != nil {
+		entries = append(entries, VersionAsymmetric+","+base64.StdEncoding.EncodeToString(id.sign(signed)))
+	}
 	h.Set(HeaderWebhookID, msgID)
 	h.Set(HeaderWebhookTimestamp, ts)
-	h.Set(HeaderWebhookSignature, "v1a,"+base64.StdEncoding.EncodeToString(sig))
+	h.Set(HeaderWebhookSignature, strings.Join(entries, " "))
+	return true
 }
 
 // ParsePublicKey accepts a public key in either published form: L8's
@@ -100,25 +127,50 @@ func VerifyL8(pub ed25519.PublicKey, h http.Header, body []byte, now time.Time, 
 // VerifyStandard checks the Standard Webhooks headers of a delivery against
 // pub: any v1a entry of the space-separated signature list may match.
 func VerifyStandard(pub ed25519.PublicKey, h http.Header, body []byte, now time.Time, window time.Duration) (msgID string, err error) {
+	msgID, _, err = VerifyStandardWith(nil, pub, h, body, now, window)
+	return msgID, err
+}
+
+// VerifyStandardWith checks the Standard Webhooks headers of a delivery:
+// a v1 entry of the signature list that matches any of secrets (compared
+// in constant time), or a v1a entry that verifies with pub (when not nil).
+// It returns the webhook-id and the version that matched.
+func VerifyStandardWith(secrets []Secret, pub ed25519.PublicKey, h http.Header, body []byte, now time.Time, window time.Duration) (msgID, version string, err error) {
 	msgID, ts, sigs := h.Get(HeaderWebhookID), h.Get(HeaderWebhookTimestamp), h.Get(HeaderWebhookSignature)
 	if msgID == "" || ts == "" || sigs == "" {
-		return "", ErrUnsigned
+		return "", "", ErrUnsigned
 	}
 	if err := checkTimestamp(ts, now, window); err != nil {
-		return "", err
+		return "", "", err
 	}
 	signed := StandardString(msgID, ts, body)
+	macs := make([][]byte, len(secrets))
+	for i, s := range secrets {
+		macs[i] = s.mac(signed)
+	}
 	for _, entry := range strings.Fields(sigs) {
 		version, b64, ok := strings.Cut(entry, ",")
-		if !ok || version != "v1a" {
+		if !ok {
 			continue
 		}
 		sig, err := base64.StdEncoding.DecodeString(b64)
-		if err == nil && len(sig) == ed25519.SignatureSize && ed25519.Verify(pub, signed, sig) {
-			return msgID, nil
+		if err != nil {
+			continue
+		}
+		switch {
+		case version == VersionHMAC:
+			for _, m := range macs {
+				if hmac.Equal(sig, m) {
+					return msgID, version, nil
+				}
+			}
+		case version == VersionAsymmetric && pub != nil:
+			if len(sig) == ed25519.SignatureSize && ed25519.Verify(pub, signed, sig) {
+				return msgID, version, nil
+			}
 		}
 	}
-	return "", ErrBadSignature
+	return "", "", ErrBadSignature
 }
 
 func checkTimestamp(ts string, now time.Time, window time.Duration) error {

@@ -1,8 +1,9 @@
 // Package l8 implements the L8 protocol v0.1, with which Aquifer proves its
 // identity to webhook receivers: an Ed25519 identity, the challenge/response
 // handshake in both roles, signing and verifying deliveries, the trust cache,
-// and Standard Webhooks (https://www.standardwebhooks.com) asymmetric
-// signatures over the same key.
+// and Standard Webhooks (https://www.standardwebhooks.com) signatures:
+// asymmetric (v1a) over the same key, and symmetric (v1, HMAC-SHA256) with
+// shared secrets.
 //
 // It is a leaf library: standard library only, no goroutines, no clock reads
 // (callers pass now), no network I/O (the handshake's HTTP calls belong to

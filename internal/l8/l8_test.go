@@ -299,7 +299,7 @@ func TestFileTrust(t *testing.T) {
 	if err := ft.Put(tr); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, "hooks.example.org_8443.json")
+	file := filepath.Join(dir, "https_hooks.example.org_8443.json")
 	fi, err := os.Stat(file)
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("trust file: %v %v", fi, err)

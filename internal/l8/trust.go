@@ -48,9 +48,11 @@ type Trust struct {
 var ErrNoTrust = errors.New("l8: receiver not trusted")
 
 // FileTrust keeps trust as one JSON file per receiver in a directory
-// (mode 0700, files 0600): l8-trust/{domain without scheme, ':' → '_'}.json.
-// Deleting a file revokes trust at once: Get looks at the file every time
-// (a stat, and a read only when it changed).
+// (mode 0700, files 0600): l8-trust/{scheme}_{host}[_{port}].json, the
+// receiver's scheme://host[:port] with "://" and ':' turned into '_'
+// (https_hooks.example.org_8443.json). Deleting a file revokes trust at
+// once: Get looks at the file every time (a stat, and a read only when it
+// changed).
 type FileTrust struct {
 	dir string
 
@@ -64,23 +66,77 @@ type cachedTrust struct {
 	size    int64
 }
 
-// NewFileTrust uses dir, creating it.
+// NewFileTrust uses dir, creating it, and renames files of the older
+// naming ({host}[_{port}].json, without the scheme, which let an http and
+// an https receiver on one host and port share trust) to the current one.
 func NewFileTrust(dir string) (*FileTrust, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create l8 trust directory: %w", err)
 	}
-	return &FileTrust{dir: dir, cache: map[string]cachedTrust{}}, nil
+	f := &FileTrust{dir: dir, cache: map[string]cachedTrust{}}
+	if err := f.migrate(); err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // fileName maps a domain to its file name, refusing anything that could
 // escape the directory.
 func (f *FileTrust) fileName(domain string) (string, error) {
-	name := strings.TrimPrefix(strings.TrimPrefix(domain, "https://"), "http://")
-	name = strings.ReplaceAll(name, ":", "_")
-	if name == "" || strings.ContainsAny(name, `/\`) || strings.Contains(name, "..") || name[0] == '.' {
+	scheme, hostPort, ok := strings.Cut(domain, "://")
+	if !ok || (scheme != "http" && scheme != "https") || !safeName(hostPort) {
 		return "", fmt.Errorf("l8: %q is not a domain", domain)
 	}
-	return filepath.Join(f.dir, name+".json"), nil
+	return filepath.Join(f.dir, scheme+"_"+strings.ReplaceAll(hostPort, ":", "_")+".json"), nil
+}
+
+// legacyFileName is the name fileName gave before it included the scheme.
+func (f *FileTrust) legacyFileName(domain string) string {
+	_, hostPort, _ := strings.Cut(domain, "://")
+	return filepath.Join(f.dir, strings.ReplaceAll(hostPort, ":", "_")+".json")
+}
+
+func safeName(hostPort string) bool {
+	return hostPort != "" && !strings.ContainsAny(hostPort, `/\`) && !strings.Contains(hostPort, "..") && hostPort[0] != '.'
+}
+
+// migrate renames every file of the old naming to its current name, found
+// from the domain it records. When a file of the current name already
+// exists it is the newer record, and the old file is removed (so deleting
+// the current file still revokes trust). Files that do not parse, or whose
+// name is not the old name of the domain they record, are left alone.
+func (f *FileTrust) migrate() error {
+	entries, err := os.ReadDir(f.dir)
+	if err != nil {
+		return fmt.Errorf("read l8 trust directory: %w", err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		old := filepath.Join(f.dir, e.Name())
+		raw, err := os.ReadFile(old)
+		if err != nil {
+			continue
+		}
+		var t Trust
+		if json.Unmarshal(raw, &t) != nil {
+			continue
+		}
+		current, err := f.fileName(t.Domain)
+		if err != nil || current == old || f.legacyFileName(t.Domain) != old {
+			continue
+		}
+		if _, err := os.Stat(current); err == nil {
+			err = os.Remove(old)
+		} else {
+			err = os.Rename(old, current)
+		}
+		if err != nil {
+			return fmt.Errorf("migrate l8 trust file %s: %w", e.Name(), err)
+		}
+	}
+	return nil
 }
 
 // Get returns the trust record for domain, or ErrNoTrust.

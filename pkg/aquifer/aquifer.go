@@ -85,6 +85,7 @@ func build(o Options) (*Aquifer, error) {
 		WindowJobs:       o.LaneWindow,
 		Admission:        o.Admission,
 		L8:               l8cfg,
+		WebhookSecrets:   webhookSecrets(o, o.Logger),
 		Tenants:          appTenants(o.Tenants),
 		Proxy:            o.Proxy,
 		Outage:           o.Outage,

@@ -42,3 +42,21 @@ func loadL8(o L8Options, log *zap.Logger) (app.L8Config, error) {
 	log.Info("L8 identity loaded", fields...)
 	return cfg, nil
 }
+
+// webhookSecrets parses the global shared secrets (validated already) and
+// says in the log which Standard Webhooks signatures deliveries carry,
+// counting secrets, never showing them.
+func webhookSecrets(o Options, log *zap.Logger) []l8.Secret {
+	secrets, _ := parseSecrets("", o.WebhookSecrets)
+	own := 0
+	for _, t := range o.Tenants {
+		if len(t.WebhookSecrets) > 0 {
+			own++
+		}
+	}
+	if len(secrets) > 0 || own > 0 {
+		log.Info("Standard Webhooks v1 signing on (shared secrets)", zap.Int("secrets", len(secrets)),
+			zap.Int("tenants_with_own_secrets", own), zap.Bool("v1a", o.L8.enabled()))
+	}
+	return secrets
+}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/l8"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -70,8 +71,19 @@ type Options struct {
 	// submission-time checks only.
 	Doer Doer
 
-	// L8 signs webhook deliveries. Default: off (deliveries unsigned).
+	// L8 signs webhook deliveries with an Ed25519 key (Standard Webhooks
+	// v1a, and L8 for receivers that prove their own key). Default: off.
 	L8 L8Options
+	// WebhookSecrets are Standard Webhooks shared secrets ("whsec_" +
+	// standard base64 of 24 to 64 bytes; NewWebhookSecret makes one). With
+	// any, every webhook delivery (and drain page) carries one v1
+	// (HMAC-SHA256) signature per secret in its webhook-signature header,
+	// which the official Standard Webhooks libraries verify; list the old
+	// and the new secret while rotating. A tenant's own
+	// Tenant.WebhookSecrets replace them for its jobs. Independent of L8.
+	// Default: none (no v1 signatures; deliveries are unsigned unless L8
+	// is on).
+	WebhookSecrets []string
 
 	// Tenants are API-key tenants: each sees only its own jobs and pools,
 	// within its quota and pace caps. None means open mode: every caller
@@ -136,7 +148,16 @@ type Tenant struct {
 	// Destinations narrow where the tenant's jobs may go, on top of
 	// Options.Destinations.
 	Destinations DestinationRules
+	// WebhookSecrets sign the tenant's webhook deliveries (Standard
+	// Webhooks v1) instead of Options.WebhookSecrets, in the same form.
+	// Default: none, so the global ones.
+	WebhookSecrets []string
 }
+
+// NewWebhookSecret returns a new random Standard Webhooks shared secret:
+// "whsec_" + standard base64 of 32 bytes from crypto/rand. Give it to
+// Options.WebhookSecrets (or a Tenant's) and to the receiver.
+func NewWebhookSecret() (string, error) { return l8.NewSecret() }
 
 // WithTenant returns ctx acting for the named tenant: Enqueue, Get,
 // Subscribe, Wait and Cancel then see only that tenant's jobs, and its
@@ -156,6 +177,8 @@ func (o *Options) validate() error {
 	if o.L8.PrivateKey != nil && len(o.L8.PrivateKey) != ed25519.PrivateKeySize {
 		errs = append(errs, fmt.Errorf("aquifer: L8.PrivateKey holds %d bytes, want %d", len(o.L8.PrivateKey), ed25519.PrivateKeySize))
 	}
+	_, secretErrs := parseSecrets("aquifer: WebhookSecrets", o.WebhookSecrets)
+	errs = append(errs, secretErrs...)
 	names := map[string]bool{}
 	for i, t := range o.Tenants {
 		switch {
@@ -165,6 +188,8 @@ func (o *Options) validate() error {
 			errs = append(errs, fmt.Errorf("aquifer: Tenants[%d]: duplicate name %q", i, t.Name))
 		}
 		names[t.Name] = true
+		_, secretErrs := parseSecrets(fmt.Sprintf("aquifer: Tenants[%d].WebhookSecrets", i), t.WebhookSecrets)
+		errs = append(errs, secretErrs...)
 	}
 	for i, a := range o.Adapters {
 		if a == nil {
@@ -181,7 +206,25 @@ func appTenants(ts []Tenant) []app.Tenant {
 	}
 	out := make([]app.Tenant, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, app.Tenant{Name: t.Name, MaxQueued: t.MaxQueued, Rates: t.Rates, Destinations: t.Destinations})
+		secrets, _ := parseSecrets("", t.WebhookSecrets) // validated by Options.validate
+		out = append(out, app.Tenant{Name: t.Name, MaxQueued: t.MaxQueued, Rates: t.Rates, Destinations: t.Destinations,
+			WebhookSecrets: secrets})
 	}
 	return out
+}
+
+// parseSecrets parses shared secrets; each error names where (where[i])
+// and what is wrong, never the value.
+func parseSecrets(where string, ss []string) ([]l8.Secret, []error) {
+	var out []l8.Secret
+	var errs []error
+	for i, s := range ss {
+		sec, err := l8.ParseSecret(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s[%d]: %w", where, i, err))
+			continue
+		}
+		out = append(out, sec)
+	}
+	return out, errs
 }

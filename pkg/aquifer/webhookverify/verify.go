@@ -1,13 +1,17 @@
 // Package webhookverify checks that a webhook delivery really comes from
-// Aquifer: its signature verifies with Aquifer's public key, it is recent,
-// and it has not been accepted before.
+// Aquifer: its signature verifies, it is recent, and it has not been
+// accepted before.
 //
 // Aquifer signs every delivery the Standard Webhooks way (webhook-id,
-// webhook-timestamp, webhook-signature: v1a,…) and, for receivers that
-// completed the L8 handshake, also with the four X-L8-* headers. Verify
-// accepts either set; when both are present the L8 set is checked.
+// webhook-timestamp, webhook-signature) with two kinds of entry in the one
+// signature header: "v1," (HMAC-SHA256 with a shared "whsec_" secret, when
+// the operator configured one; what the official Standard Webhooks
+// libraries verify) and "v1a," (Ed25519 with Aquifer's public key). For
+// receivers that completed the L8 handshake it also adds the four X-L8-*
+// headers. A Verifier may hold a public key, shared secrets, or both:
 //
-//	v, err := webhookverify.New(aquiferPublicKey, webhookverify.Options{})
+//	v, err := webhookverify.NewWithSecret(os.Getenv("AQUIFER_WEBHOOK_SECRET"), webhookverify.Options{})
+//	// or: webhookverify.New(aquiferPublicKey, webhookverify.Options{Secrets: …})
 //	…
 //	func handle(w http.ResponseWriter, r *http.Request) {
 //		body, d, err := v.VerifyRequest(r, 1<<20)
@@ -17,6 +21,11 @@
 //		}
 //		… use body; d.ID is stable across retries of one result (Standard) …
 //	}
+//
+// With a public key, a delivery carrying the L8 headers is checked by its
+// L8 signature; otherwise (and always for a verifier without a key) by its
+// Standard Webhooks signatures, any v1 entry matching any secret or the v1a
+// entry matching the key.
 package webhookverify
 
 import (
@@ -34,7 +43,7 @@ import (
 // Errors returned by Verify; match them with errors.Is.
 var (
 	ErrUnsigned     = l8.ErrUnsigned     // neither header set is present
-	ErrBadSignature = l8.ErrBadSignature // the signature does not verify with the key
+	ErrBadSignature = l8.ErrBadSignature // no signature verifies with the key or a secret
 	ErrStale        = l8.ErrStale        // the timestamp is outside the tolerance
 	ErrReplayed     = l8.ErrReplayed     // this exact delivery was already accepted
 	ErrTooLarge     = errors.New("webhookverify: request body too large")
@@ -56,9 +65,13 @@ type Delivery struct {
 	// Webhooks. Deduplicate results on the job id in the body, or on the
 	// Standard Webhooks id.
 	ID string
+	// Version is the Standard Webhooks signature that verified: "v1"
+	// (shared secret) or "v1a" (public key); "" for L8.
+	Version string
 }
 
-// Options tune the checks. The zero value is the recommended setting.
+// Options tune the checks. The zero value is the recommended setting for a
+// verifier with a public key only.
 type Options struct {
 	// Tolerance is how far a delivery's timestamp may be from now, either
 	// way. Default 5 minutes.
@@ -70,13 +83,20 @@ type Options struct {
 	MaxRemembered int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Secrets are shared secrets ("whsec_" + base64, as Aquifer's
+	// AQUIFER_WEBHOOK_SECRET holds them) for v1 (HMAC-SHA256) signatures.
+	// A delivery passes when any of its v1 signatures matches any of them,
+	// so while Aquifer rotates its secret a receiver listing the old and
+	// the new one accepts deliveries signed with either.
+	Secrets []string
 }
 
-// Verifier checks deliveries against one public key. It is safe for
-// concurrent use.
+// Verifier checks deliveries against a public key, shared secrets, or
+// both. It is safe for concurrent use.
 type Verifier struct {
-	pub  ed25519.PublicKey
-	opts Options
+	pub     ed25519.PublicKey // nil: no v1a or L8
+	secrets []l8.Secret
+	opts    Options
 
 	mu   sync.Mutex
 	seen map[string]time.Time // delivery key → forget after
@@ -84,11 +104,32 @@ type Verifier struct {
 
 // New returns a verifier for Aquifer's public key, in either published
 // form: standard base64 of the 32 bytes (l8_public_key) or "whpk_…"
-// (standard_webhooks_public_key).
+// (standard_webhooks_public_key), and for the shared secrets in
+// opts.Secrets, if any. publicKey may be "" when opts.Secrets is not empty:
+// the verifier then checks v1 signatures only, as NewWithSecret.
 func New(publicKey string, opts Options) (*Verifier, error) {
-	pub, err := l8.ParsePublicKey(publicKey)
-	if err != nil {
-		return nil, fmt.Errorf("webhookverify: %w", err)
+	v := &Verifier{seen: map[string]time.Time{}}
+	if publicKey != "" {
+		pub, err := l8.ParsePublicKey(publicKey)
+		if err != nil {
+			return nil, fmt.Errorf("webhookverify: %w", err)
+		}
+		v.pub = pub
+	}
+	var errs []error
+	for i, s := range opts.Secrets {
+		sec, err := l8.ParseSecret(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("webhookverify: Secrets[%d]: %w", i, err)) // never the value
+			continue
+		}
+		v.secrets = append(v.secrets, sec)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if v.pub == nil && len(v.secrets) == 0 {
+		return nil, errors.New("webhookverify: give Aquifer's public key, a shared secret (Options.Secrets), or both")
 	}
 	if opts.Tolerance <= 0 {
 		opts.Tolerance = 5 * time.Minute
@@ -99,7 +140,17 @@ func New(publicKey string, opts Options) (*Verifier, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Verifier{pub: pub, opts: opts, seen: map[string]time.Time{}}, nil
+	v.opts = opts
+	return v, nil
+}
+
+// NewWithSecret returns a verifier of v1 signatures with the shared secret
+// ("whsec_…", Aquifer's AQUIFER_WEBHOOK_SECRET or the tenant's
+// webhook_secret) and any further ones in opts.Secrets: what the official
+// Standard Webhooks libraries check, plus replay protection.
+func NewWithSecret(secret string, opts Options) (*Verifier, error) {
+	opts.Secrets = append([]string{secret}, opts.Secrets...)
+	return New("", opts)
 }
 
 // Verify checks a delivery given its headers and exact body bytes. A
@@ -110,20 +161,20 @@ func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	now := v.opts.Now()
 	var d Delivery
 	var key string
-	if h.Get(l8.HeaderSignature) != "" {
+	if v.pub != nil && h.Get(l8.HeaderSignature) != "" {
 		id, err := l8.VerifyL8(v.pub, h, body, now, v.opts.Tolerance)
 		if err != nil {
 			return Delivery{}, err
 		}
 		d, key = Delivery{Scheme: SchemeL8, ID: id}, "l8|"+id
 	} else {
-		id, err := l8.VerifyStandard(v.pub, h, body, now, v.opts.Tolerance)
+		id, version, err := l8.VerifyStandardWith(v.secrets, v.pub, h, body, now, v.opts.Tolerance)
 		if err != nil {
 			return Delivery{}, err
 		}
 		// The id repeats across retries; id and timestamp together name one
 		// delivery.
-		d, key = Delivery{Scheme: SchemeStandard, ID: id}, "sw|"+id+"|"+h.Get(l8.HeaderWebhookTimestamp)
+		d, key = Delivery{Scheme: SchemeStandard, ID: id, Version: version}, "sw|"+id+"|"+h.Get(l8.HeaderWebhookTimestamp)
 	}
 	if !v.remember(key, now) {
 		return Delivery{}, ErrReplayed
