@@ -1,6 +1,7 @@
 package app
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,14 @@ func TestWorkersReuseAndStop(t *testing.T) {
 		wg.Add(1)
 		p.run(func() { ran.Add(1); wg.Done() })
 		wg.Wait() // sequential: one worker suffices
+		// The task is over; its worker parks right after. Hand the next task
+		// over only then, or a second worker is (rightly) started.
+		for parked := false; !parked; {
+			p.mu.Lock()
+			parked = len(p.idle) == 1
+			p.mu.Unlock()
+			runtime.Gosched()
+		}
 	}
 	p.mu.Lock()
 	idle := len(p.idle)
