@@ -885,26 +885,59 @@ func TestGetFailedJob(t *testing.T) {
 	}
 }
 
+// TestGetJobRedactsSecretURLParameters: url and webhook_url are shown with
+// secret query values redacted (the rest of the URL as sent); the reason of a
+// transport error names the address, not the URL.
+func TestGetJobRedactsSecretURLParameters(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	hook := newUpstream(t, false, fixed(204, "", ""))
+	j := jobFor("u", "q", "http://127.0.0.1:1/p?access_token=s3cr3t-a&x=1&Signature=s3cr3t-b")
+	j["webhook_url"] = hook.url("/h?sig=s3cr3t-c&y=%20")
+	id := e.submit(t, j)
+	m, raw := e.waitStatus(t, id, "failed")
+	if strings.Contains(string(raw), "s3cr3t") {
+		t.Fatalf("GET shows a secret: %s", raw)
+	}
+	if want := "http://127.0.0.1:1/p?access_token=[redacted]&x=1&Signature=[redacted]"; m["url"] != want {
+		t.Errorf("url %q, want %q", m["url"], want)
+	}
+	if want := hook.url("/h?sig=[redacted]&y=%20"); m["webhook_url"] != want {
+		t.Errorf("webhook_url %q, want %q", m["webhook_url"], want)
+	}
+	if want := "dial tcp 127.0.0.1:1: connect: connection refused"; m["reason"] != want {
+		t.Errorf("reason %q, want %q", m["reason"], want)
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Routing
 // ---------------------------------------------------------------------------
 
 func TestUnknownRouteAndWrongMethod(t *testing.T) {
 	e := newEnv(t, envOptions{})
+	e.h.Router().Get("/mounted-later", func(http.ResponseWriter, *http.Request) {})
 	for _, c := range []struct {
 		method, path string
 		status       int
+		allow        string // the 405's Allow header
 	}{
-		{http.MethodGet, "/", http.StatusNotFound},
-		{http.MethodGet, "/nope", http.StatusNotFound},
-		{http.MethodPost, "/job", http.StatusNotFound},
-		{http.MethodGet, "/jobs/0123456789abcdef0123456789abcdef/stream/more", http.StatusNotFound},
-		{http.MethodGet, "/jobs", http.StatusMethodNotAllowed},
-		{http.MethodDelete, "/jobs", http.StatusMethodNotAllowed},
-		{http.MethodPut, "/jobs", http.StatusMethodNotAllowed},
-		{http.MethodPut, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed},
-		{http.MethodPost, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed},
-		{http.MethodPost, "/health", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/", http.StatusNotFound, ""},
+		{http.MethodGet, "/nope", http.StatusNotFound, ""},
+		{http.MethodPost, "/job", http.StatusNotFound, ""},
+		{http.MethodGet, "/jobs/0123456789abcdef0123456789abcdef/stream/more", http.StatusNotFound, ""},
+		{http.MethodGet, "/jobs", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodDelete, "/jobs", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPut, "/jobs", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPut, "/jobs/abc", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
+		{http.MethodPut, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
+		{http.MethodPost, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
+		{http.MethodPost, "/jobs/0123456789abcdef0123456789abcdef/stream", http.StatusMethodNotAllowed, "GET"},
+		{http.MethodPost, "/health", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{http.MethodGet, "/pools/p/members", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPut, "/pools/p/members/m", http.StatusMethodNotAllowed, "DELETE"},
+		{http.MethodPost, "/l8/challenge/", http.StatusNotFound, ""},
+		{http.MethodGet, "/l8/challenge", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPost, "/mounted-later", http.StatusMethodNotAllowed, "GET"},
 	} {
 		resp, b := e.request(t, c.method, c.path, strings.NewReader("{}"))
 		m := requireJSONError(t, resp, b, c.status)
@@ -914,6 +947,9 @@ func TestUnknownRouteAndWrongMethod(t *testing.T) {
 		}
 		if m["error"] != want {
 			t.Errorf("%s %s: error %q, want %q", c.method, c.path, m["error"], want)
+		}
+		if got := resp.Header.Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
 		}
 	}
 	if n := e.store.inserts.Load(); n != 0 {
