@@ -104,7 +104,6 @@ func TestTenantScoping(t *testing.T) {
 // with the limit it reached, the count and a retry delay.
 func TestTenantQuotaRejection(t *testing.T) {
 	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
 	target := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		select {
 		case <-release:
@@ -112,6 +111,7 @@ func TestTenantQuotaRejection(t *testing.T) {
 		}
 	})
 	b := setup(t, func(c *app.Config) { c.Tenants = []app.Tenant{{Name: "q", MaxQueued: 2}} })
+	t.Cleanup(func() { close(release) }) // before the service stops: its attempts end
 	ctx := app.WithTenant(t.Context(), "q")
 	for i := range 2 {
 		if _, err := b.svc.Enqueue(ctx, req(fmt.Sprint("held", i), target.URL)); err != nil {
