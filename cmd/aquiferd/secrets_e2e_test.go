@@ -25,14 +25,19 @@ import (
 	"github.com/aquiferhq/aquifer/pkg/aquifer/webhookverify"
 )
 
-// TestSecretsNeverLeave runs jobs carrying secret headers through every
-// front door, with debug logging, a failing destination and a webhook, then
-// looks for the secrets in everything Aquifer shows: its logs, /health,
-// GET /jobs, the SSE stream, MCP tool results and resources, A2A tasks and
-// /metrics. The destination must still receive them.
+// TestSecretsNeverLeave runs jobs carrying secret headers and secret URL
+// query parameters through every front door, with debug logging, a failing
+// destination, an unreachable one and webhooks, then looks for the secrets in
+// everything Aquifer shows: its logs, /health, GET /jobs, the SSE stream,
+// webhook payloads, MCP tool results and resources, A2A tasks and /metrics.
+// The destination and the receiver must still receive them.
 func TestSecretsNeverLeave(t *testing.T) {
 	t.Parallel()
 	secrets := []string{"s3cr3t-bearer-0001", "s3cr3t-apikey-0002", "s3cr3t-cookie-0003", "s3cr3t-token-0004", "s3cr3t-session-0005"}
+	// In URLs: the target's access_token (to a closed loopback port, so the
+	// transport error names it too) and the webhook's sig.
+	const querySecret, sigSecret, a2aSecret = "s3cr3t-query-0006", "s3cr3t-sig-0007", "s3cr3t-a2a-0008"
+	urlSecrets := []string{querySecret, sigSecret, a2aSecret}
 	headers := map[string]string{
 		"Authorization":    "Bearer " + secrets[0],
 		"X-Api-Key":        secrets[1],
@@ -59,6 +64,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 	var hookMu sync.Mutex
 	var delivered []http.Header
 	var deliveredBodies [][]byte
+	var hookURLs, hookBodies strings.Builder // what the receiver got: the real URL, and the payloads
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if r.URL.Path != "/h" {
@@ -67,6 +73,8 @@ func TestSecretsNeverLeave(t *testing.T) {
 		}
 		hookMu.Lock()
 		delivered, deliveredBodies = append(delivered, r.Header.Clone()), append(deliveredBodies, b)
+		fmt.Fprintf(&hookURLs, "%s\n", r.URL.RequestURI())
+		fmt.Fprintf(&hookBodies, "%s\n", b)
 		hookMu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
@@ -85,6 +93,14 @@ func TestSecretsNeverLeave(t *testing.T) {
 		return ids[0]
 	}
 	okID, failID := submit("ok", "/ok"), submit("fail", "/fail")
+	const closed = "http://127.0.0.1:1/p?access_token=" + querySecret + "&x=1"
+	downIDs := submitJobs(t, d.url, 1, 1, func(int) string {
+		return fmt.Sprintf(`{"user_id":"u","idempotent_key":"down","url":%q,"webhook_url":%q}`, closed, hook.URL+"/h?sig="+sigSecret+"&y=2")
+	})
+	downID := downIDs[0]
+	if downID == "" {
+		t.Fatal("the job with secrets in its URLs was not accepted")
+	}
 
 	var seen strings.Builder
 	grab := func(what, url string) {
@@ -96,20 +112,34 @@ func TestSecretsNeverLeave(t *testing.T) {
 		resp.Body.Close()
 		fmt.Fprintf(&seen, "\n--- %s\n%s", what, b)
 	}
-	deadline := time.Now().Add(30 * time.Second) // 5 attempts for the failing job: 1+2+4+8 s
-	for {
-		j := getJSON(t, d.url+"/jobs/"+failID)
-		if j["status"] == "failed" {
-			break
+	deadline := time.Now().Add(40 * time.Second) // 5 attempts for the failing jobs: 1+2+4+8 s, then their webhooks
+	for _, id := range []string{failID, downID} {
+		for {
+			j := getJSON(t, d.url+"/jobs/"+id)
+			if w, _ := j["webhook"].(map[string]any); j["status"] == "failed" && w != nil && w["status"] == "delivered" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the failing job was not failed and delivered: %v", j)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the failing job did not fail: %v", j)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	grab("GET /jobs ok", d.url+"/jobs/"+okID)
 	grab("GET /jobs fail", d.url+"/jobs/"+failID)
+	grab("GET /jobs down", d.url+"/jobs/"+downID)
 	grab("SSE", d.url+"/jobs/"+okID+"/stream")
+	grab("SSE down", d.url+"/jobs/"+downID+"/stream")
+	down := getJSON(t, d.url+"/jobs/"+downID)
+	if want := "dial tcp 127.0.0.1:1: connect: connection refused"; down["reason"] != want {
+		t.Errorf("reason %q, want %q: the address, not the URL", down["reason"], want)
+	}
+	if want := "http://127.0.0.1:1/p?access_token=[redacted]&x=1"; down["url"] != want {
+		t.Errorf("url %q, want %q", down["url"], want)
+	}
+	if want := hook.URL + "/h?sig=[redacted]&y=2"; down["webhook_url"] != want {
+		t.Errorf("webhook_url %q, want %q", down["webhook_url"], want)
+	}
 	grab("/health", d.url+"/health")
 	grab("/metrics", d.url+"/metrics")
 
@@ -120,7 +150,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	for _, id := range []string{okID, failID} {
+	for _, id := range []string{okID, failID, downID} {
 		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "aquifer_get_job", Arguments: map[string]any{"job_id": id}})
 		if err != nil {
 			t.Fatal(err)
@@ -154,21 +184,46 @@ func TestSecretsNeverLeave(t *testing.T) {
 	}
 	b, _ = json.Marshal(sent)
 	fmt.Fprintf(&seen, "\n--- A2A send\n%s", b)
-	if task, ok := sent.(*a2a.Task); ok {
-		got, err := a2c.GetTask(ctx, &a2a.TaskQueryParams{ID: task.ID})
-		if err != nil {
-			t.Fatal(err)
+	sentQuery, err := a2c.SendMessage(ctx, &a2a.MessageSendParams{Message: a2a.NewMessage(a2a.MessageRoleUser,
+		a2a.DataPart{Data: map[string]any{"user_id": "u", "idempotent_key": "a2a-query", "url": target.URL + "/ok?api_key=" + a2aSecret,
+			"webhook_url": hook.URL + "/h?sig=" + sigSecret}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = json.Marshal(sentQuery)
+	fmt.Fprintf(&seen, "\n--- A2A send (query)\n%s", b)
+	gotTasks := 0
+	for _, s := range []a2a.SendMessageResult{sent, sentQuery} {
+		if task, ok := s.(*a2a.Task); ok {
+			got, err := a2c.GetTask(ctx, &a2a.TaskQueryParams{ID: task.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ = json.Marshal(got)
+			fmt.Fprintf(&seen, "\n--- A2A get\n%s", b)
+			gotTasks++
 		}
-		b, _ = json.Marshal(got)
-		fmt.Fprintf(&seen, "\n--- A2A get\n%s", b)
+	}
+	if gotTasks != 2 {
+		t.Errorf("A2A answered %d tasks, want 2", gotTasks)
+	}
+	if !strings.Contains(seen.String(), "api_key=[redacted]") {
+		t.Error("the A2A task does not show its redacted url: the check proves nothing")
 	}
 
 	// Stop the daemon so its logs are complete, then look.
 	_ = d.cmd.Process.Signal(syscallTERM)
 	_ = d.cmd.Wait()
 	fmt.Fprintf(&seen, "\n--- logs\n%s", d.logs.String())
+	hookMu.Lock()
+	fmt.Fprintf(&seen, "\n--- webhook payloads\n%s", hookBodies.String())
+	gotURLs := hookURLs.String()
+	hookMu.Unlock()
 	out := seen.String()
-	for _, s := range secrets {
+	if !strings.Contains(out, `"reason":"dial tcp 127.0.0.1:1: connect: connection refused"`) {
+		t.Error("no webhook payload or SSE frame with the transport error: the check proves nothing")
+	}
+	for _, s := range append(secrets, urlSecrets...) {
 		if strings.Contains(out, s) {
 			i := strings.Index(out, s)
 			t.Errorf("secret %s leaked: …%s…", s, out[max(0, i-200):min(len(out), i+100)])
@@ -181,6 +236,9 @@ func TestSecretsNeverLeave(t *testing.T) {
 		if !strings.Contains(received.String(), s) {
 			t.Errorf("the destination did not receive %s: redaction must only affect what Aquifer shows", s)
 		}
+	}
+	if !strings.Contains(gotURLs, "/h?sig="+sigSecret+"&y=2") {
+		t.Errorf("the receiver was not called at its real URL: %s", gotURLs)
 	}
 
 	// The webhook secret: in use (the deliveries verify with it), and shown

@@ -21,10 +21,11 @@ import (
 // another tenant can.
 func TestDestinationRulesThroughTheDaemon(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int64
+	var hits, redirects atomic.Int64
 	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		if r.URL.Path == "/redirect" {
+			redirects.Add(1)
 			http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/iam/", http.StatusFound)
 			return
 		}
@@ -60,6 +61,21 @@ tenants:
 	if code != http.StatusBadRequest || m["field"] != "webhook_url" {
 		t.Fatalf("a metadata webhook: %d %v, want 400 naming webhook_url", code, m)
 	}
+	// Numbers many clients read as an IPv4 address are that address: refused
+	// at submission as the dotted form is, never looked up.
+	for i, c := range []struct{ url, want string }{
+		{"http://2852039166/latest/meta-data/", "url: destination 169.254.169.254 is denied: link-local / cloud metadata address"},
+		{"http://0xa9fea9fe/", "url: destination 169.254.169.254 is denied: link-local / cloud metadata address"},
+		{"http://0251.0376.0251.0376/", "url: destination 169.254.169.254 is denied: link-local / cloud metadata address"},
+		{"http://169.254.43518/", "url: destination 169.254.169.254 is denied: link-local / cloud metadata address"},
+		{"http://0:8080/", "url: destination 0.0.0.0 is denied: unspecified address"},
+		{"http://1.2.3.4.5/", "url: host 1.2.3.4.5 is not a valid IPv4 address"},
+	} {
+		code, m := call(t, keyOpen, http.MethodPost, d.url+"/jobs", job(fmt.Sprint("num", i), c.url))
+		if code != http.StatusBadRequest || m["field"] != "url" || m["error"] != c.want {
+			t.Errorf("%s: %d %v, want 400 %q naming url", c.url, code, m, c.want)
+		}
+	}
 	if h := getJSON(t, d.url+"/health"); h["jobs"].(map[string]any)["queued"] != float64(0) {
 		t.Fatalf("a refused submission left a job behind: %v", h["jobs"])
 	}
@@ -86,6 +102,30 @@ tenants:
 	}
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("the redirecting server was hit %d times; a refused destination must not be retried", n)
+	}
+
+	// A webhook receiver redirecting there: the delivery fails, with the reason.
+	code, m = call(t, keyOpen, http.MethodPost, d.url+"/jobs",
+		fmt.Sprintf(`{"user_id":"u","idempotent_key":"hook-redir","url":%q,"webhook_url":%q}`, redirector.URL+"/ok", redirector.URL+"/redirect"))
+	if code != http.StatusCreated {
+		t.Fatalf("job with a redirecting webhook: %d %v", code, m)
+	}
+	id = m["job_id"].(string)
+	for {
+		_, j := call(t, keyOpen, http.MethodGet, d.url+"/jobs/"+id, "")
+		if w, _ := j["webhook"].(map[string]any); w != nil && w["status"] != "pending" {
+			if w["status"] != "failed" || w["reason"] != "destination 169.254.169.254 is denied: link-local / cloud metadata address" {
+				t.Fatalf("webhook redirected to the metadata address: %v, want a failed delivery with the reason", w)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redirected webhook: %v", j)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := redirects.Load(); n != 2 {
+		t.Fatalf("the redirect was followed from %d requests, want 2 (the job, the webhook once)", n)
 	}
 
 	// Per tenant: strict denies private and loopback addresses, open does not.

@@ -299,7 +299,7 @@ func (s *Service) postDrainPage(ctx context.Context, flushID string, p *DrainPay
 	s.d.sign(ctx, req, fmt.Sprintf("msg_drain_%s_%d", flushID, p.Page), s.cfg.Drain.WebhookURL, body)
 	resp, err := s.cfg.Doer.Do(req)
 	if err != nil {
-		return err
+		return withoutURL(err) // the drain URL may carry a token: keep it out of /health and the log
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))

@@ -295,7 +295,7 @@ func (d *dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 	if ar.retryable {
 		log.Warn("webhook delivery failed; retries spent", zap.Int("attempts", n), zap.String("reason", ar.result.Reason))
 	}
-	d.finishDelivery(j, !ar.retryable, n, ar.result)
+	d.finishDelivery(j, !ar.retryable && !ar.denied, n, ar.result)
 	return (&outcome{job: j, kind: outcomeDone}).report(ar)
 }
 
@@ -402,11 +402,15 @@ func buildRequest(ctx context.Context, j *domain.Job, target string) (*http.Requ
 	return req, nil
 }
 
+// transportReason says why an exchange failed without a response: the
+// operation and the address (never the URL, see withoutURL), prefixed with
+// "request timed out: " when the attempt's deadline passed.
 func transportReason(err error, ctx context.Context) string {
+	msg := withoutURL(err).Error()
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return "request timed out: " + err.Error()
+		return "request timed out: " + msg
 	}
-	return err.Error()
+	return msg
 }
 
 // readLimited reads up to limit bytes of r. If there is more, it reports

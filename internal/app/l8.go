@@ -175,7 +175,7 @@ func (tm *trustManager) exchange(ctx context.Context, method, target string, in,
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
-		return err
+		return withoutURL(err)
 	}
 	req.Header.Set("Accept", "application/json")
 	if in != nil {
@@ -183,12 +183,12 @@ func (tm *trustManager) exchange(ctx context.Context, method, target string, in,
 	}
 	resp, err := tm.doer.Do(req)
 	if err != nil {
-		return err
+		return withoutURL(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return fmt.Errorf("%s %s answered %d", method, target, resp.StatusCode)
+		return fmt.Errorf("%s %s answered %d", method, domain.RedactURL(target), resp.StatusCode)
 	}
 	return json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(out)
 }

@@ -405,7 +405,7 @@ func (p *pools) snapshot() map[string]PoolHealth {
 		ph := PoolHealth{Members: []MemberHealth{}}
 		for _, m := range pl.members {
 			paused := now.Before(m.pausedUntil)
-			mh := MemberHealth{ID: m.id, Address: m.address, DeclaredRPS: m.declared,
+			mh := MemberHealth{ID: m.id, Address: domain.RedactURL(m.address), DeclaredRPS: m.declared,
 				Reputation: math.Round(m.reputation*1e4) / 1e4, EffectiveRPS: math.Round(m.weight()*100) / 100,
 				MaxConcurrent: m.maxConcurrent(), InFlight: m.inFlight, Paused: paused,
 				HeartbeatAgeMS: now.Sub(m.lastSeen).Milliseconds(), Picks: m.picks, Successes: m.successes, Failures: m.failures}

@@ -131,7 +131,7 @@ func (r *DirectResponse) Relay(w io.Writer) error {
 	}
 	reason := ""
 	if readErr != nil {
-		reason = "reading response body: " + readErr.Error()
+		reason = "reading response body: " + withoutURL(readErr).Error()
 	}
 	r.finish(capture.buf, capture.truncated, reason)
 	if writeErr != nil {

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -96,5 +97,36 @@ func TestTenantScoping(t *testing.T) {
 	}
 	if err := b.svc.LeaveMember(cb, "p", "m"); domain.CodeOf(err) != domain.CodeNotFound {
 		t.Fatalf("b removing a's member: %v", err)
+	}
+}
+
+// TestTenantQuotaRejection: a tenant at its max_queued quota is refused
+// with the limit it reached, the count and a retry delay.
+func TestTenantQuotaRejection(t *testing.T) {
+	release := make(chan struct{})
+	target := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	b := setup(t, func(c *app.Config) { c.Tenants = []app.Tenant{{Name: "q", MaxQueued: 2}} })
+	t.Cleanup(func() { close(release) }) // before the service stops: its attempts end
+	ctx := app.WithTenant(t.Context(), "q")
+	for i := range 2 {
+		if _, err := b.svc.Enqueue(ctx, req(fmt.Sprint("held", i), target.URL)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := b.svc.Enqueue(ctx, req("third", target.URL))
+	var rej *domain.RejectedError
+	if !errors.As(err, &rej) {
+		t.Fatalf("third job: %v, want a rejection", err)
+	}
+	if rej.Limit != "tenant_quota" || rej.Max != 2 || rej.Current != 2 || rej.RetryAfter <= 0 {
+		t.Fatalf("rejection %+v", rej)
+	}
+	if want := "admission rejected: tenant_quota reached limit 2"; err.Error() != want {
+		t.Fatalf("message %q, want %q", err.Error(), want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -93,6 +94,13 @@ func (p *DestinationPolicy) CheckURL(field, raw string) error {
 	if err := p.CheckHost(u.Hostname()); err != nil {
 		var d *DestinationDeniedError
 		if errors.As(err, &d) {
+			switch d.Rule {
+			case ruleBadIPv4:
+				return Invalid(field, "%s: host %s is not a valid IPv4 address", field, d.Host)
+			case ruleOddIPv4:
+				return Invalid(field, "%s: host %s is the IPv4 address %s in a non-standard form; write it as %s",
+					field, d.Host, d.IP, d.IP)
+			}
 			d.Field = field
 		}
 		return err
@@ -104,11 +112,27 @@ func (p *DestinationPolicy) CheckURL(field, raw string) error {
 // is checked fully; a host name is checked against the name rules, and
 // refused when an allow list that has no IP or CIDR entries does not name
 // it. Whatever passes is checked again, address by address, at dial time.
+//
+// A host ending in a number ("2852039166", "0xa9fea9fe", "0251.0376.0251.0376",
+// "169.254.43518", "0") is an IPv4 address in the forms inet_aton accepts,
+// which many clients and servers read as the address it spells: it is
+// checked as that address (a refusal names the address in its dotted form),
+// and refused anyway if the rules admit it, as Aquifer itself would look it
+// up as a name; one that spells no address is refused as invalid.
 // A refusal is a *DestinationDeniedError.
 func (p *DestinationPolicy) CheckHost(host string) error {
 	name := normalizeHost(host)
 	if a, err := netip.ParseAddr(name); err == nil {
 		return p.CheckIP(host, a)
+	}
+	if a, numeric := parseIPv4Number(name); numeric {
+		if !a.IsValid() {
+			return &DestinationDeniedError{Host: name, Rule: ruleBadIPv4}
+		}
+		if err := p.CheckIP(a.String(), a); err != nil {
+			return err
+		}
+		return &DestinationDeniedError{Host: name, IP: a, Rule: ruleOddIPv4}
 	}
 	if name == "" {
 		return &DestinationDeniedError{Host: host, Rule: "no host"}
@@ -180,7 +204,69 @@ const (
 	ruleMetaName    = "cloud metadata host name"
 	rulePrivate     = "private or loopback address (deny_private)"
 	ruleNotAllowed  = "not in the allow list"
+	ruleBadIPv4     = "not a valid IPv4 address"
+	ruleOddIPv4     = "IPv4 address in a non-standard form"
 )
+
+// parseIPv4Number reads a host that ends in a number (its last label is
+// decimal digits, or hex digits after "0x") as inet_aton does: one to four
+// parts, each decimal, octal (a leading 0) or hex (0x); the last part fills
+// the bytes the others leave ("169.254.43518" is 169.254.169.254,
+// "2852039166" is too). numeric is false for anything else, such as host
+// names and IPv6 literals; addr is invalid when the host ends in a number
+// but spells no IPv4 address ("1.2.3.4.5", "256.1.1.1", "08").
+func parseIPv4Number(host string) (addr netip.Addr, numeric bool) {
+	parts := strings.Split(host, ".")
+	if !numberLike(parts[len(parts)-1]) {
+		return netip.Addr{}, false
+	}
+	if len(parts) > 4 {
+		return netip.Addr{}, true
+	}
+	var v uint64
+	for i, part := range parts {
+		n, ok := parseIPv4Part(part)
+		last := i == len(parts)-1
+		if !ok || !last && n > 0xff || last && n >= 1<<(8*(5-len(parts))) {
+			return netip.Addr{}, true
+		}
+		if last {
+			v = v<<(8*(5-len(parts))) | n
+		} else {
+			v = v<<8 | n
+		}
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
+}
+
+// numberLike reports whether a label is a number for parseIPv4Number:
+// decimal digits, or "0x" and hex digits.
+func numberLike(label string) bool {
+	if rest, ok := strings.CutPrefix(label, "0x"); ok {
+		return strings.Trim(rest, "0123456789abcdef") == ""
+	}
+	return label != "" && strings.Trim(label, "0123456789") == ""
+}
+
+// parseIPv4Part reads one part: hex after "0x" ("0x" alone is 0), octal
+// with a leading 0, decimal otherwise; at most 32 bits.
+func parseIPv4Part(part string) (uint64, bool) {
+	base, digits := 10, part
+	switch {
+	case strings.HasPrefix(part, "0x"):
+		base, digits = 16, part[2:]
+		if digits == "" {
+			return 0, true
+		}
+	case len(part) > 1 && part[0] == '0':
+		base, digits = 8, part[1:]
+	}
+	if digits == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(digits, base, 32)
+	return n, err == nil
+}
 
 // alwaysDenied are never reachable, whatever the rules say.
 var alwaysDenied = prefixes("0.0.0.0/8", "::/128")

@@ -395,3 +395,80 @@ func TestDestinationPolicyCheckURL(t *testing.T) {
 		t.Fatalf("CheckURL(unparsable) = %v", err)
 	}
 }
+
+// TestNumericIPv4Hosts: hosts written as inet_aton numbers are checked as
+// the address they spell, refused with the message of the dotted form; one
+// the rules admit is refused anyway (Aquifer would look it up as a name),
+// and one that spells no address is invalid. Nothing is looked up.
+func TestNumericIPv4Hosts(t *testing.T) {
+	t.Parallel()
+	p := mustPolicy(t, domain.DestinationRules{DenyPrivate: true})
+	const meta = "url: destination 169.254.169.254 is denied: link-local / cloud metadata address"
+	const zero = "url: destination 0.0.0.0 is denied: unspecified address"
+	const loop = "url: destination 127.0.0.1 is denied: private or loopback address (deny_private)"
+	tests := []struct{ url, want string }{
+		// The dotted form, for reference: the same message as every other spelling.
+		{"http://169.254.169.254/", meta},
+		{"http://2852039166/", meta},             // one 32-bit decimal
+		{"http://0xa9fea9fe/", meta},             // one hex number
+		{"http://0XA9FEA9FE/latest", meta},       // any case
+		{"http://0251.0376.0251.0376/", meta},    // octal parts
+		{"http://0xa9.0xfe.0xa9.0xfe/", meta},    // hex parts
+		{"http://169.254.43518/", meta},          // a.b.c: the last part fills 16 bits
+		{"http://169.16689662/", meta},           // a.b: the last part fills 24 bits
+		{"http://169.254.169.254./", meta},       // trailing dot
+		{"http://0251.254.0xa9.254:8080/", meta}, // mixed bases, with a port
+		{"https://2852039166:443/x?y=1", meta},   // any scheme, path, query
+		{"http://0:8080/", zero},                 // "0" is 0.0.0.0
+		{"http://0x/", zero},                     // "0x" alone is 0
+		{"http://0.0/", zero},                    //
+		{"http://2130706433/", loop},             // 127.0.0.1, with deny_private
+		{"http://0x7f.1/", loop},                 //
+		{"http://017700000001/", loop},           // octal 127.0.0.1
+		{"http://1.2.3.4.5/", "url: host 1.2.3.4.5 is not a valid IPv4 address"},
+		{"http://256.1.1.1/", "url: host 256.1.1.1 is not a valid IPv4 address"},
+		{"http://1.2.3.256/", "url: host 1.2.3.256 is not a valid IPv4 address"},
+		{"http://1.2.65536/", "url: host 1.2.65536 is not a valid IPv4 address"},
+		{"http://4294967296/", "url: host 4294967296 is not a valid IPv4 address"},
+		{"http://08/", "url: host 08 is not a valid IPv4 address"},         // 8 is no octal digit
+		{"http://0x1g.1/", "url: host 0x1g.1 is not a valid IPv4 address"}, // ends in a number
+		{"http://1.0x1g/", ""},                                             // "0x1g" is a name label: a name
+		{"http://1..2/", "url: host 1..2 is not a valid IPv4 address"},     //
+		{"http://example.123/", "url: host example.123 is not a valid IPv4 address"},
+		// Admitted by the rules, but not in the form Aquifer can dial.
+		{"http://134744072/", "url: host 134744072 is the IPv4 address 8.8.8.8 in a non-standard form; write it as 8.8.8.8"},
+		{"http://0x08080808/", "url: host 0x08080808 is the IPv4 address 8.8.8.8 in a non-standard form; write it as 8.8.8.8"},
+		{"http://010.8.8.8/", "url: host 010.8.8.8 is the IPv4 address 8.8.8.8 in a non-standard form; write it as 8.8.8.8"},
+		// Names and literals as before.
+		{"http://8.8.8.8/", ""},
+		{"http://api.example.com/", ""},
+		{"http://123.example.com/", ""},
+		{"http://deadbeef/", ""}, // hex digits without 0x: a name
+		{"http://[::1]/", "url: destination ::1 is denied: private or loopback address (deny_private)"},
+	}
+	for _, tc := range tests {
+		err := p.CheckURL("url", tc.url)
+		got := ""
+		if err != nil {
+			got = domain.PublicMessage(err)
+			if domain.CodeOf(err) != domain.CodeInvalid {
+				t.Errorf("CheckURL(%s): code %s, want invalid", tc.url, domain.CodeOf(err))
+			}
+			var de *domain.Error
+			var dd *domain.DestinationDeniedError
+			if !(errors.As(err, &de) && de.Field == "url" || errors.As(err, &dd) && dd.Field == "url") {
+				t.Errorf("CheckURL(%s) = %v: the refusal does not name the field", tc.url, err)
+			}
+		}
+		if got != tc.want {
+			t.Errorf("CheckURL(%s)\n = %q\nwant %q", tc.url, got, tc.want)
+		}
+	}
+	// At dial time (and for redirects), CheckHost refuses them too.
+	for host, rule := range map[string]string{"2852039166": metadataRule, "0x7f.1": privateRule,
+		"134744072": "IPv4 address in a non-standard form", "1.2.3.4.5": "not a valid IPv4 address"} {
+		if got := denied(t, p.CheckHost(host)); got != rule {
+			t.Errorf("CheckHost(%s) rule %q, want %q", host, got, rule)
+		}
+	}
+}

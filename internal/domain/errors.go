@@ -105,7 +105,13 @@ type RejectedError struct {
 	RetryAfter time.Duration
 }
 
+// Error says which limit shed the job: "admission rejected: memory at 431
+// exceeds limit 400", or, for a count that may reach its limit but not pass
+// it (a tenant's quota), "admission rejected: tenant_quota reached limit 2".
 func (e *RejectedError) Error() string {
+	if e.Current <= e.Max {
+		return fmt.Sprintf("admission rejected: %s reached limit %d", e.Limit, e.Max)
+	}
 	return fmt.Sprintf("admission rejected: %s at %d exceeds limit %d", e.Limit, e.Current, e.Max)
 }
 

@@ -31,6 +31,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 
+	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/domain"
 )
@@ -162,8 +163,19 @@ func (a *Agent) Card() *a2a.AgentCard { return a.card }
 // transports).
 func (a *Agent) RequestHandler() a2asrv.RequestHandler { return a.handler }
 
-// CardHandler serves the agent card; mount it at CardPath.
-func (a *Agent) CardHandler() http.Handler { return a2asrv.NewStaticAgentCardHandler(a.card) }
+// CardHandler serves the agent card; mount it at CardPath. Methods other
+// than GET and OPTIONS (CORS preflight) get a JSON 405 with an Allow header.
+func (a *Agent) CardHandler() http.Handler {
+	card := a2asrv.NewStaticAgentCardHandler(a.card)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodOptions {
+			w.Header().Set("Allow", "GET, OPTIONS")
+			httpkit.WriteError(w, http.StatusMethodNotAllowed, "method not allowed")
+			return
+		}
+		card.ServeHTTP(w, r)
+	})
+}
 
 // JSONRPCHandler serves the JSON-RPC binding; mount it at JSONRPCPath. It
 // lifts the listener's write timeout (streams and blocking sends last as

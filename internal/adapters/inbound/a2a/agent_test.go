@@ -229,6 +229,54 @@ func TestAgentCard(t *testing.T) {
 		len(card.Skills[0].Examples) != 1 || !json.Valid([]byte(card.Skills[0].Examples[0])) {
 		t.Fatalf("skills: %+v", card.Skills)
 	}
+	resp, err := e.srv.Client().Post(e.srv.URL+a2aagent.CardPath, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, OPTIONS" ||
+		string(b) != `{"error":"method not allowed"}`+"\n" {
+		t.Fatalf("POST to the card: %d Allow=%q %q, want a JSON 405 with Allow", resp.StatusCode, resp.Header.Get("Allow"), b)
+	}
+}
+
+// TestTaskRedactsSecretURLParameters: the request message of a task shows
+// its url and webhook_url with secret query values redacted; the upstream
+// gets the real URL.
+func TestTaskRedactsSecretURLParameters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, "")
+	up := upstreamOK(t)
+	res, err := e.client.SendMessage(ctxT(t), jobMessage(map[string]any{
+		"user_id": "agent-1", "idempotent_key": "k-q", "url": up.URL + "/things?access_token=s3cr3t-a&x=1",
+		"webhook_url": up.URL + "/hook?sig=s3cr3t-b",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, ok := res.(*a2a.Task)
+	if !ok {
+		t.Fatalf("result is %T", res)
+	}
+	got, err := e.client.GetTask(ctxT(t), &a2a.TaskQueryParams{ID: task.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range []*a2a.Task{task, got} {
+		raw, _ := json.Marshal(tk)
+		if strings.Contains(string(raw), "s3cr3t") {
+			t.Fatalf("task shows a secret URL parameter: %s", raw)
+		}
+		if !strings.Contains(string(raw), `/things?access_token=[redacted]\u0026x=1`) ||
+			!strings.Contains(string(raw), "/hook?sig=[redacted]") {
+			t.Fatalf("task does not show its redacted URLs: %s", raw)
+		}
+	}
+	job, err := e.svc.Get(context.Background(), jobIDOfTask(t, task.ID))
+	if err != nil || job.URL != up.URL+"/things?access_token=s3cr3t-a&x=1" {
+		t.Fatalf("the stored job must keep the real URL: %+v %v", job, err)
+	}
 }
 
 func TestSendMessageCompletesWithArtifact(t *testing.T) {

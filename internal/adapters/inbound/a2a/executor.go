@@ -169,7 +169,7 @@ func decodeRequest(m *a2a.Message, maxBody int64) (*domain.JobRequest, error) {
 	if err := json.Unmarshal(raw, &in); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return nil, fmt.Errorf("data part field %s must be %s, not %s: %w", te.Field, kindName(te.Type.Kind().String()), te.Value, a2a.ErrInvalidParams)
+			return nil, fmt.Errorf("data part: %s: %w", httpkit.TypeErrorMessage(&in, te), a2a.ErrInvalidParams)
 		}
 		return nil, fmt.Errorf("data part: %v: %w", err, a2a.ErrInvalidParams)
 	}
@@ -181,17 +181,6 @@ func decodeRequest(m *a2a.Message, maxBody int64) (*domain.JobRequest, error) {
 		return nil, fmt.Errorf("%s: %w", domain.PublicMessage(err), a2a.ErrInvalidParams)
 	}
 	return req, nil
-}
-
-func kindName(goKind string) string {
-	switch goKind {
-	case "string":
-		return "a string"
-	case "map", "struct":
-		return "an object"
-	default:
-		return "a " + goKind
-	}
 }
 
 // enqueueError maps a failed Enqueue to an A2A error. Nothing was stored, so

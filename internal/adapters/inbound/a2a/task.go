@@ -171,14 +171,15 @@ func failureData(j *domain.Job, reason string) map[string]any {
 }
 
 // requestMessage is the user message that created the task, rebuilt from the
-// job: the request's fields with secret headers redacted and without the body.
+// job: the request's fields with secret headers and URL parameters redacted
+// and without the body.
 func requestMessage(j *domain.Job, info a2a.TaskInfo, messageID string) *a2a.Message {
 	if messageID == "" {
 		messageID = string(j.ID) + "-request"
 	}
 	d := map[string]any{"user_id": j.UserID, "idempotent_key": j.IdempotentKey, "method": j.Method}
 	if j.URL != "" {
-		d["url"] = j.URL
+		d["url"] = domain.RedactURL(j.URL)
 	}
 	if j.PoolID != "" {
 		d["pool_id"] = j.PoolID
@@ -191,7 +192,7 @@ func requestMessage(j *domain.Job, info a2a.TaskInfo, messageID string) *a2a.Mes
 		d["headers"] = h
 	}
 	if j.WebhookURL != "" {
-		d["webhook_url"] = j.WebhookURL
+		d["webhook_url"] = domain.RedactURL(j.WebhookURL)
 	}
 	return &a2a.Message{ID: messageID, Role: a2a.MessageRoleUser, TaskID: info.TaskID, ContextID: info.ContextID,
 		Parts: a2a.ContentParts{a2a.DataPart{Data: d}}}

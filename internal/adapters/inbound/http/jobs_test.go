@@ -547,12 +547,14 @@ func TestPostJobMalformed(t *testing.T) {
 		{"trailing object", validJSON + validJSON, "", []string{"invalid json", "after the JSON object"}},
 		{"trailing brace", validJSON + "}", "", []string{"invalid json", "after the JSON object"}},
 		{"trailing bracket", validJSON + " ]", "", []string{"invalid json", "after the JSON object"}},
-		{"user_id number", `{"user_id":42,"idempotent_key":"k","url":"` + target + `"}`, "", []string{"invalid json", "user_id", "string"}},
-		{"headers array", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","headers":["Accept: x"]}`, "", []string{"invalid json", "headers", "object"}},
-		{"headers non-string value", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","headers":{"X-Count":3}}`, "", []string{"invalid json", "headers", "string"}},
-		{"headers null value", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","headers":{"X-A":{"b":1}}}`, "", []string{"invalid json", "headers", "string"}},
-		{"body object", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","body":{"a":1}}`, "", []string{"invalid json", "body", "string"}},
-		{"method number", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","method":1}`, "", []string{"invalid json", "method", "string"}},
+		{"user_id number", `{"user_id":42,"idempotent_key":"k","url":"` + target + `"}`, "user_id", []string{"invalid json: user_id must be a string, not a number"}},
+		{"headers array", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","headers":["Accept: x"]}`, "headers", []string{"invalid json: headers must be an object, not an array"}},
+		{"headers empty array", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","headers":[]}`, "headers", []string{"invalid json: headers must be an object, not an array"}},
+		{"headers non-string value", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","headers":{"X-Count":3}}`, "headers", []string{"invalid json: every value of headers must be a string, not a number"}},
+		{"headers null value", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","headers":{"X-A":{"b":1}}}`, "headers", []string{"invalid json: every value of headers must be a string, not an object"}},
+		{"body object", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","body":{"a":1}}`, "body", []string{"invalid json: body must be a string, not an object"}},
+		{"method number", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","method":1}`, "method", []string{"invalid json: method must be a string, not a number"}},
+		{"webhook_url boolean", `{"user_id":"u","idempotent_key":"k","url":"` + target + `","webhook_url":true}`, "webhook_url", []string{"invalid json: webhook_url must be a string, not a boolean"}},
 		{"missing user_id", valid(func(m map[string]any) { delete(m, "user_id") }), "user_id", []string{"user_id is required"}},
 		{"blank user_id", valid(func(m map[string]any) { m["user_id"] = "   " }), "user_id", []string{"user_id is required"}},
 		{"missing idempotent_key", valid(func(m map[string]any) { delete(m, "idempotent_key") }), "idempotent_key", []string{"idempotent_key is required"}},
@@ -563,6 +565,10 @@ func TestPostJobMalformed(t *testing.T) {
 		{"scheme-less url", valid(func(m map[string]any) { m["url"] = "127.0.0.1:8080/x" }), "url", []string{"url"}},
 		{"javascript url", valid(func(m map[string]any) { m["url"] = "javascript:alert(1)" }), "url", []string{"url", "http"}},
 		{"url without host", valid(func(m map[string]any) { m["url"] = "http:///x" }), "url", []string{"url", "host"}},
+		{"decimal metadata url", valid(func(m map[string]any) { m["url"] = "http://2852039166/latest/meta-data/" }), "url", []string{"url: destination 169.254.169.254 is denied: link-local / cloud metadata address"}},
+		{"hex metadata webhook", valid(func(m map[string]any) { m["webhook_url"] = "http://0xa9fea9fe/" }), "webhook_url", []string{"webhook_url: destination 169.254.169.254 is denied"}},
+		{"url host 0", valid(func(m map[string]any) { m["url"] = "http://0:8080/" }), "url", []string{"url: destination 0.0.0.0 is denied: unspecified address"}},
+		{"url host not an IPv4 number", valid(func(m map[string]any) { m["url"] = "http://1.2.3.4.5/" }), "url", []string{"url: host 1.2.3.4.5 is not a valid IPv4 address"}},
 		{"url with credentials", valid(func(m map[string]any) { m["url"] = "http://admin:hunter2@127.0.0.1:1/x" }), "url", []string{"url", "credentials"}},
 		{"method with space", valid(func(m map[string]any) { m["method"] = "GE T" }), "method", []string{"method", "GE T", "not a valid"}},
 		{"method with tab", valid(func(m map[string]any) { m["method"] = "G\tET" }), "method", []string{"method", "not a valid"}},
@@ -885,26 +891,59 @@ func TestGetFailedJob(t *testing.T) {
 	}
 }
 
+// TestGetJobRedactsSecretURLParameters: url and webhook_url are shown with
+// secret query values redacted (the rest of the URL as sent); the reason of a
+// transport error names the address, not the URL.
+func TestGetJobRedactsSecretURLParameters(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	hook := newUpstream(t, false, fixed(204, "", ""))
+	j := jobFor("u", "q", "http://127.0.0.1:1/p?access_token=s3cr3t-a&x=1&Signature=s3cr3t-b")
+	j["webhook_url"] = hook.url("/h?sig=s3cr3t-c&y=%20")
+	id := e.submit(t, j)
+	m, raw := e.waitStatus(t, id, "failed")
+	if strings.Contains(string(raw), "s3cr3t") {
+		t.Fatalf("GET shows a secret: %s", raw)
+	}
+	if want := "http://127.0.0.1:1/p?access_token=[redacted]&x=1&Signature=[redacted]"; m["url"] != want {
+		t.Errorf("url %q, want %q", m["url"], want)
+	}
+	if want := hook.url("/h?sig=[redacted]&y=%20"); m["webhook_url"] != want {
+		t.Errorf("webhook_url %q, want %q", m["webhook_url"], want)
+	}
+	if want := "dial tcp 127.0.0.1:1: connect: connection refused"; m["reason"] != want {
+		t.Errorf("reason %q, want %q", m["reason"], want)
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Routing
 // ---------------------------------------------------------------------------
 
 func TestUnknownRouteAndWrongMethod(t *testing.T) {
 	e := newEnv(t, envOptions{})
+	e.h.Router().Get("/mounted-later", func(http.ResponseWriter, *http.Request) {})
 	for _, c := range []struct {
 		method, path string
 		status       int
+		allow        string // the 405's Allow header
 	}{
-		{http.MethodGet, "/", http.StatusNotFound},
-		{http.MethodGet, "/nope", http.StatusNotFound},
-		{http.MethodPost, "/job", http.StatusNotFound},
-		{http.MethodGet, "/jobs/0123456789abcdef0123456789abcdef/stream/more", http.StatusNotFound},
-		{http.MethodGet, "/jobs", http.StatusMethodNotAllowed},
-		{http.MethodDelete, "/jobs", http.StatusMethodNotAllowed},
-		{http.MethodPut, "/jobs", http.StatusMethodNotAllowed},
-		{http.MethodPut, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed},
-		{http.MethodPost, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed},
-		{http.MethodPost, "/health", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/", http.StatusNotFound, ""},
+		{http.MethodGet, "/nope", http.StatusNotFound, ""},
+		{http.MethodPost, "/job", http.StatusNotFound, ""},
+		{http.MethodGet, "/jobs/0123456789abcdef0123456789abcdef/stream/more", http.StatusNotFound, ""},
+		{http.MethodGet, "/jobs", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodDelete, "/jobs", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPut, "/jobs", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPut, "/jobs/abc", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
+		{http.MethodPut, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
+		{http.MethodPost, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
+		{http.MethodPost, "/jobs/0123456789abcdef0123456789abcdef/stream", http.StatusMethodNotAllowed, "GET"},
+		{http.MethodPost, "/health", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{http.MethodGet, "/pools/p/members", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPut, "/pools/p/members/m", http.StatusMethodNotAllowed, "DELETE"},
+		{http.MethodPost, "/l8/challenge/", http.StatusNotFound, ""},
+		{http.MethodGet, "/l8/challenge", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPost, "/mounted-later", http.StatusMethodNotAllowed, "GET"},
 	} {
 		resp, b := e.request(t, c.method, c.path, strings.NewReader("{}"))
 		m := requireJSONError(t, resp, b, c.status)
@@ -914,6 +953,9 @@ func TestUnknownRouteAndWrongMethod(t *testing.T) {
 		}
 		if m["error"] != want {
 			t.Errorf("%s %s: error %q, want %q", c.method, c.path, m["error"], want)
+		}
+		if got := resp.Header.Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
 		}
 	}
 	if n := e.store.inserts.Load(); n != 0 {

@@ -16,7 +16,8 @@ func TestRegisterMemberValidation(t *testing.T) {
 		name, path, body, want string
 	}{
 		{"invalid json", "/pools/p/members", `{`, "invalid json"},
-		{"wrong type", "/pools/p/members", `{"member_id":1}`, "member_id must be a string"},
+		{"wrong type", "/pools/p/members", `{"member_id":1}`, "member_id must be a string, not a number"},
+		{"capacity out of range", "/pools/p/members", `{"member_id":"m","address":"http://a.test/","capacity_rps":1e999}`, "capacity_rps: the number 1e999 is out of range"},
 		{"missing member", "/pools/p/members", `{"address":"http://a.test/","capacity_rps":1}`, "pool_id, member_id, and address are required"},
 		{"missing address", "/pools/p/members", `{"member_id":"m","capacity_rps":1}`, "pool_id, member_id, and address are required"},
 		{"zero capacity", "/pools/p/members", `{"member_id":"m","address":"http://a.test/","capacity_rps":0}`, "capacity_rps must be greater than 0"},
@@ -31,6 +32,13 @@ func TestRegisterMemberValidation(t *testing.T) {
 		m := requireJSONError(t, resp, b, http.StatusBadRequest)
 		if !strings.Contains(m["error"].(string), c.want) {
 			t.Errorf("%s: error %q, want it to contain %q", c.name, m["error"], c.want)
+		}
+		// A decoding error of a known field names it, as validation errors do.
+		if field, _, ok := strings.Cut(c.want, " must be"); ok && m["field"] != field {
+			t.Errorf("%s: field %v, want %q", c.name, m["field"], field)
+		}
+		if field, _, ok := strings.Cut(c.want, ": the number"); ok && m["field"] != field {
+			t.Errorf("%s: field %v, want %q", c.name, m["field"], field)
 		}
 	}
 	if len(e.svc.Pools(t.Context())) != 0 {

@@ -7,6 +7,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,9 +82,7 @@ func New(core Core, opts Options) *Handler {
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "not found")
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
-	})
+	r.MethodNotAllowed(h.methodNotAllowed)
 	if opts.HealthOnly {
 		r.Get("/health", h.health)
 		r.Head("/health", h.health)
@@ -109,6 +108,28 @@ func New(core Core, opts Options) *Handler {
 	r.Head("/health", h.health)
 	h.mux = r
 	return h
+}
+
+// probedMethods are the methods a 405's Allow header may list.
+var probedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodOptions}
+
+// methodNotAllowed answers 405 with the JSON error and, as RFC 9110 §15.5.6
+// requires, an Allow header listing the methods the path does take
+// (including routes mounted on Router later).
+func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	var allowed []string
+	for _, m := range probedMethods {
+		if h.mux.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	w.Header().Set("Allow", strings.Join(allowed, ", "))
+	writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 }
 
 // Router returns the chi router, for mounting more routes.

@@ -244,7 +244,9 @@ func TestStreamLiveFromQueued(t *testing.T) {
 	if r := up.waitArrival(t); r.Path != "/second" {
 		t.Fatalf("second arrival %s", r.Path)
 	}
-	s.expectEvent(t, "dispatching", id)
+	if f := s.expectEvent(t, "dispatching", id); f.Data["attempt"] != float64(1) {
+		t.Fatalf("live dispatching frame %v, want attempt 1", f)
+	}
 	up.releaseOne(t)
 	f = s.expectEvent(t, "completed", id)
 	requireTerminal(t, f, 200, "done:/second")
@@ -274,7 +276,10 @@ func TestStreamLateSubscriberGetsCatchUpAndClose(t *testing.T) {
 		if f.Data["status"] != "queued" {
 			t.Fatalf("queued frame %v", f)
 		}
-		s.expectEvent(t, "dispatching", id)
+		// The same frame a live subscriber got: the first attempt started.
+		if f := s.expectEvent(t, "dispatching", id); f.Data["attempt"] != float64(1) {
+			t.Fatalf("catch-up dispatching frame %v, want attempt 1", f)
+		}
 		requireTerminal(t, s.expectEvent(t, "completed", id), 202, "accepted <later>")
 		s.expectEnd(t)
 	}
@@ -315,13 +320,36 @@ func TestStreamFailedJob(t *testing.T) {
 	// A late subscriber to the failed job gets the same ending.
 	late := e.openStream(t, id)
 	late.expectEvent(t, "queued", id)
-	late.expectEvent(t, "dispatching", id)
+	if f := late.expectEvent(t, "dispatching", id); f.Data["attempt"] != float64(1) {
+		t.Fatalf("catch-up dispatching frame %v, want attempt 1", f)
+	}
 	f = late.expectEvent(t, "failed", id)
 	requireTerminal(t, f, 500, "boom")
 	if r, _ := f.Data["reason"].(string); !strings.Contains(r, "500") {
 		t.Fatalf("late failed frame reason %q", r)
 	}
 	late.expectEnd(t)
+}
+
+// TestStreamCanceledJobWasNeverDispatching: a job canceled before it was
+// sent never had a dispatching event, and a late subscriber gets none.
+func TestStreamCanceledJobWasNeverDispatching(t *testing.T) {
+	up := newUpstream(t, true, fixed(200, "text/plain", "ok"))
+	e := newEnv(t, envOptions{hosts: map[string]domain.Rate{up.hostPort: {RPS: 1000, MaxConcurrent: 1}}})
+	first := e.submit(t, jobFor("u", "holds-the-lane", up.url("/first")))
+	up.waitArrival(t) // max_concurrent 1: the next job waits
+	id := e.submit(t, jobFor("u", "canceled", up.url("/never")))
+	if resp, b := e.request(t, http.MethodDelete, "/jobs/"+id, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("cancel: %d %s", resp.StatusCode, b)
+	}
+	s := e.openStream(t, id)
+	s.expectEvent(t, "queued", id)
+	if f := s.expectEvent(t, "failed", id); f.Data["reason"] != "canceled" {
+		t.Fatalf("failed frame %v, want reason canceled", f)
+	}
+	s.expectEnd(t)
+	up.releaseOne(t)
+	e.waitStatus(t, first, "completed")
 }
 
 func TestStreamUnknownJob(t *testing.T) {

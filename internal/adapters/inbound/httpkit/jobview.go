@@ -6,19 +6,20 @@ import (
 )
 
 // JobView is a job as the adapters show it: GET /jobs/{id}, MCP tool results
-// and resources. Secret request headers are redacted and the request body is
-// never echoed; body is the upstream's response body. The jsonschema tags
+// and resources. Secret request headers and secret URL parameters are
+// redacted and the request body is never echoed; body is the upstream's
+// response body. The jsonschema tags
 // describe it to agents (MCP output schemas).
 type JobView struct {
 	JobID          string            `json:"job_id" jsonschema:"The job's id."`
 	Status         string            `json:"status" jsonschema:"queued (waiting for its turn), in_flight (being sent), completed (the upstream answered) or failed (retries spent, or canceled)."`
-	URL            string            `json:"url" jsonschema:"The target URL; empty for pool jobs."`
+	URL            string            `json:"url" jsonschema:"The target URL, secret query parameters redacted; empty for pool jobs."`
 	Method         string            `json:"method"`
 	CreatedAt      int64             `json:"created_at" jsonschema:"Unix time in milliseconds."`
 	UpdatedAt      int64             `json:"updated_at" jsonschema:"Unix time in milliseconds."`
 	UserID         string            `json:"user_id"`
 	PoolID         string            `json:"pool_id,omitempty"`
-	WebhookURL     string            `json:"webhook_url,omitempty"`
+	WebhookURL     string            `json:"webhook_url,omitempty" jsonschema:"The webhook URL, secret query parameters redacted."`
 	Headers        map[string]string `json:"headers,omitempty" jsonschema:"The request headers, secrets redacted."`
 	Attempts       int               `json:"attempts" jsonschema:"Dispatch attempts so far."`
 	ResponseStatus *int              `json:"response_status,omitempty" jsonschema:"The upstream's HTTP status, once finished (0: no response was obtained)."`
@@ -41,9 +42,10 @@ type WebhookView struct {
 // NewJobView renders j.
 func NewJobView(j *domain.Job) JobView {
 	out := JobView{
-		JobID: string(j.ID), Status: string(j.Status), URL: j.URL, Method: j.Method,
+		JobID: string(j.ID), Status: string(j.Status), URL: domain.RedactURL(j.URL), Method: j.Method,
 		CreatedAt: j.CreatedAt.UnixMilli(), UpdatedAt: j.UpdatedAt.UnixMilli(), UserID: j.UserID,
-		PoolID: j.PoolID, WebhookURL: j.WebhookURL, Headers: domain.RedactHeaders(j.Headers), Attempts: j.Attempts,
+		PoolID: j.PoolID, WebhookURL: domain.RedactURL(j.WebhookURL), Headers: domain.RedactHeaders(j.Headers),
+		Attempts: j.Attempts,
 	}
 	if r := j.Result; r != nil {
 		status := r.ResponseStatus

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -103,8 +104,8 @@ func DecodeBody(w http.ResponseWriter, r *http.Request, dst any, limit int64) bo
 		WriteError(w, http.StatusBadRequest, "could not read request body")
 		return false
 	}
-	if msg := decodeJSON(raw, dst); msg != "" {
-		WriteJSON(w, http.StatusBadRequest, ErrorBody{Error: msg})
+	if msg, field := decodeJSON(raw, dst); msg != "" {
+		WriteJSON(w, http.StatusBadRequest, ErrorBody{Error: msg, Field: field})
 		return false
 	}
 	return true
@@ -130,19 +131,20 @@ func readAll(r io.Reader, contentLength int64) ([]byte, error) {
 }
 
 // decodeJSON decodes exactly one JSON object into dst and returns a message
-// for the caller when it cannot.
-func decodeJSON(raw []byte, dst any) string {
+// for the caller when it cannot, with the field it is about when there is
+// one (a value of the wrong type).
+func decodeJSON(raw []byte, dst any) (msg, field string) {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 {
-		return "invalid json: request body is empty"
+		return "invalid json: request body is empty", ""
 	}
 	if trimmed[0] != '{' {
-		return "invalid json: expected a JSON object"
+		return "invalid json: expected a JSON object", ""
 	}
 	if !utf8.Valid(trimmed) {
 		// encoding/json would replace the bad bytes with U+FFFD: two
 		// different keys could become one, and the caller would never know.
-		return "invalid json: request body is not valid UTF-8"
+		return "invalid json: request body is not valid UTF-8", ""
 	}
 	// json.Unmarshal checks the whole input, so anything after the object
 	// (a second object, a stray '}') is a syntax error too.
@@ -150,32 +152,88 @@ func decodeJSON(raw []byte, dst any) string {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			if te.Field == "" {
-				return "invalid json: expected a JSON object"
+				return "invalid json: expected a JSON object", ""
 			}
-			return fmt.Sprintf("invalid json: %s must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+			return "invalid json: " + TypeErrorMessage(dst, te), te.Field
 		}
 		var se *json.SyntaxError
 		if errors.As(err, &se) && strings.Contains(se.Error(), "after top-level value") {
-			return "invalid json: unexpected data after the JSON object"
+			return "invalid json: unexpected data after the JSON object", ""
 		}
-		return "invalid json: " + strings.TrimPrefix(err.Error(), "json: ")
+		return "invalid json: " + strings.TrimPrefix(err.Error(), "json: "), ""
 	}
-	return ""
+	return "", ""
 }
 
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "string":
+// TypeErrorMessage says in words what is wrong with a value of the wrong
+// JSON type that decoding into dst met: "user_id must be a string, not a
+// number", "every value of headers must be a string, not an object",
+// "weight: the number 1e999 is out of range".
+func TypeErrorMessage(dst any, te *json.UnmarshalTypeError) string {
+	want := jsonKind(te.Type.Kind())
+	if n, ok := strings.CutPrefix(te.Value, "number "); ok {
+		return fmt.Sprintf("%s: the number %s is out of range", te.Field, n)
+	}
+	got := jsonValueKind(te.Value)
+	if ft, ok := fieldType(reflect.TypeOf(dst), te.Field); ok && ft.Kind() == reflect.Map && ft != te.Type {
+		return fmt.Sprintf("every value of %s must be %s, not %s", te.Field, want, got)
+	}
+	return fmt.Sprintf("%s must be %s, not %s", te.Field, want, got)
+}
+
+// fieldType is the Go type of the field at a dotted JSON path in t.
+func fieldType(t reflect.Type, path string) (reflect.Type, bool) {
+	for name := range strings.SplitSeq(path, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			return nil, false
+		}
+		found := false
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if tag == name || tag == "" && strings.EqualFold(f.Name, name) {
+				t, found = f.Type, true
+				break
+			}
+		}
+		if !found {
+			return nil, false
+		}
+	}
+	return t, t != nil
+}
+
+// jsonKind names the JSON kind a Go kind decodes from, with its article.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
 		return "a string"
-	case "map", "struct":
+	case reflect.Map, reflect.Struct:
 		return "an object"
-	case "slice", "array":
+	case reflect.Slice, reflect.Array:
 		return "an array"
-	case "bool":
+	case reflect.Bool:
 		return "a boolean"
 	default:
 		return "a number"
 	}
+}
+
+// jsonValueKind is encoding/json's name of the value it met, with its
+// article.
+func jsonValueKind(v string) string {
+	switch v {
+	case "array", "object":
+		return "an " + v
+	case "bool":
+		return "a boolean"
+	case "string", "number":
+		return "a " + v
+	}
+	return v
 }
 
 // WriteTooLarge answers 413 with the limit.

@@ -130,12 +130,14 @@ type sseWriter struct {
 	err error
 }
 
-// catchUp writes the frames a late subscriber missed and reports whether the
-// job is already finished.
+// catchUp writes the frames a late subscriber missed, as a live subscriber
+// got them, and reports whether the job is already finished. dispatching is
+// published once, when the first attempt starts (attempt 1); a job canceled
+// before it was ever sent never had one.
 func (s *sseWriter) catchUp(j *domain.Job) bool {
 	s.frame(domain.EventQueued, sseQueued{JobID: string(j.ID), Status: string(domain.StatusQueued)})
-	if j.Status == domain.StatusInFlight || j.Attempts > 0 || j.Status.Terminal() {
-		s.frame(domain.EventDispatching, sseDispatching{JobID: string(j.ID)})
+	if j.Status == domain.StatusInFlight || j.Attempts > 0 || j.Status.Terminal() && !j.Canceled() {
+		s.event(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: 1})
 	}
 	return s.terminal(j)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/aquiferhq/aquifer/internal/domain"
 )
 
@@ -34,5 +36,23 @@ func TestToolErrorMessages(t *testing.T) {
 		if strings.Contains(got, "disk on fire") || strings.Contains(got, "secret detail") {
 			t.Errorf("%v → %q leaks internal detail", c.err, got)
 		}
+	}
+}
+
+// TestSchemaErrorFallback: a refusal of the SDK's own validator that
+// checkArguments did not foresee still leads with what went wrong.
+func TestSchemaErrorFallback(t *testing.T) {
+	t.Parallel()
+	r := &sdk.CallToolResult{}
+	r.SetError(errors.New(`validating "arguments": validating root: something odd`))
+	rewordSchemaError(r)
+	if got := r.Content[0].(*sdk.TextContent).Text; got != "invalid arguments (they do not match the tool's input schema): something odd" {
+		t.Fatalf("reworded %q", got)
+	}
+	r = &sdk.CallToolResult{}
+	r.SetError(errors.New("job not found"))
+	rewordSchemaError(r)
+	if got := r.Content[0].(*sdk.TextContent).Text; got != "job not found" {
+		t.Fatalf("a tool's own error was changed: %q", got)
 	}
 }

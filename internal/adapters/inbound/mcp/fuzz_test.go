@@ -29,7 +29,7 @@ const fuzzMaxBody = 4096
 
 // fuzzCore is the application as far as MCP can see it, without a store:
 // Enqueue validates like the real one and answers a fixed job; every job
-// read is a 404; the L8 challenge is the real identity's answer. It
+// read or cancel is a 404; the L8 challenge is the real identity's answer. It
 // records requests that should never have reached it.
 type fuzzCore struct {
 	id     *l8.Identity
@@ -52,6 +52,10 @@ func (c *fuzzCore) Enqueue(_ context.Context, req *domain.JobRequest) (*app.Enqu
 }
 
 func (c *fuzzCore) Get(context.Context, domain.JobID) (*domain.Job, error) {
+	return nil, domain.ErrNotFound
+}
+
+func (c *fuzzCore) Cancel(context.Context, domain.JobID) (*domain.Job, error) {
 	return nil, domain.ErrNotFound
 }
 

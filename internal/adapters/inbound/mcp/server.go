@@ -1,10 +1,11 @@
 // Package mcp is Aquifer's Model Context Protocol adapter, on the official
-// go-sdk. It serves five tools (enqueue a job, read or wait for a job,
-// health, L8 metadata, L8 challenge) and one resource template
+// go-sdk. It serves six tools (enqueue a job, read or wait for a job, cancel
+// a job, health, L8 metadata, L8 challenge) and one resource template
 // (aquifer://jobs/{job_id}), over stdio or streamable HTTP.
 //
-// Core errors are answered as MCP tool errors (a result with isError set and
-// a message an agent can act on), never as protocol errors or crashes.
+// Core errors, and arguments that do not fit a tool's input schema, are
+// answered as MCP tool errors (a result with isError set and a message an
+// agent can act on), never as protocol errors or crashes.
 package mcp
 
 import (
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
@@ -28,6 +30,7 @@ import (
 type Core interface {
 	Enqueue(ctx context.Context, req *domain.JobRequest) (*app.EnqueueResult, error)
 	Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
+	Cancel(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *app.Subscription, error)
 	Health(ctx context.Context) *app.Health
 	L8Metadata() *l8.Metadata
@@ -60,6 +63,9 @@ type Server struct {
 	log  *zap.Logger
 	sdk  *sdk.Server
 
+	// inputs are the tools' input schemas, by tool name (checkArgs).
+	inputs map[string]*jsonschema.Schema
+
 	closeOnce sync.Once
 	closing   chan struct{} // closed by Close: long-polls return at once
 }
@@ -75,7 +81,8 @@ func New(core Core, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	s := &Server{core: core, opts: opts, log: opts.Logger.Named("mcp"), closing: make(chan struct{})}
+	s := &Server{core: core, opts: opts, log: opts.Logger.Named("mcp"), closing: make(chan struct{}),
+		inputs: map[string]*jsonschema.Schema{}}
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "aquifer", Title: "Aquifer", Version: opts.Version}, &sdk.ServerOptions{
 		Instructions: instructions,
 		Logger:       s.slogger(),
@@ -84,6 +91,7 @@ func New(core Core, opts Options) *Server {
 	})
 	s.addTools()
 	s.addResources()
+	s.sdk.AddReceivingMiddleware(s.checkArgs)
 	return s
 }
 

@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -30,8 +31,10 @@ type env struct {
 }
 
 type envOptions struct {
-	identity *l8.Identity
-	maxBody  int64
+	identity      *l8.Identity
+	maxBody       int64
+	maxConcurrent int // per destination; default 8
+	tenants       []app.Tenant
 }
 
 // newEnv runs a real app.Service on the memory store behind the MCP server,
@@ -39,11 +42,12 @@ type envOptions struct {
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	svc, err := app.New(app.Config{
-		Store: memory.New(nil),
-		Doer:  loopbackClient(),
-		Retry: app.RetryPolicy{Attempts: 2, Backoff: []time.Duration{10 * time.Millisecond}},
-		Rates: app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 8}},
-		L8:    app.L8Config{Identity: o.identity},
+		Store:   memory.New(nil),
+		Doer:    loopbackClient(),
+		Retry:   app.RetryPolicy{Attempts: 2, Backoff: []time.Duration{10 * time.Millisecond}},
+		Rates:   app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: cmp.Or(o.maxConcurrent, 8)}},
+		L8:      app.L8Config{Identity: o.identity},
+		Tenants: o.tenants,
 	})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
@@ -175,7 +179,7 @@ func TestListToolsAndTemplates(t *testing.T) {
 	for _, tool := range tools.Tools {
 		byName[tool.Name] = tool
 	}
-	for _, name := range []string{"aquifer_enqueue_job", "aquifer_get_job", "aquifer_health", "aquifer_l8_metadata", "aquifer_l8_challenge"} {
+	for _, name := range []string{"aquifer_enqueue_job", "aquifer_get_job", "aquifer_cancel_job", "aquifer_health", "aquifer_l8_metadata", "aquifer_l8_challenge"} {
 		tool := byName[name]
 		if tool == nil {
 			t.Errorf("tool %s missing", name)
@@ -188,8 +192,8 @@ func TestListToolsAndTemplates(t *testing.T) {
 			t.Errorf("%s: no output schema", name)
 		}
 	}
-	if len(tools.Tools) != 5 {
-		t.Errorf("want 5 tools, got %d", len(tools.Tools))
+	if len(tools.Tools) != 6 {
+		t.Errorf("want 6 tools, got %d", len(tools.Tools))
 	}
 
 	schema := func(name string) map[string]any {
@@ -207,6 +211,12 @@ func TestListToolsAndTemplates(t *testing.T) {
 		if props[f] == nil {
 			t.Errorf("enqueue schema lacks %s", f)
 		}
+	}
+	if req := fmt.Sprint(schema("aquifer_cancel_job")["required"]); req != "[job_id]" {
+		t.Errorf("cancel required = %s", req)
+	}
+	if a := byName["aquifer_cancel_job"].Annotations; a == nil || a.DestructiveHint == nil || !*a.DestructiveHint || a.ReadOnlyHint {
+		t.Errorf("cancel annotations = %+v: it changes a job for good", a)
 	}
 	wait := schema("aquifer_get_job")["properties"].(map[string]any)["wait_seconds"].(map[string]any)
 	if wait["minimum"] != 0.0 {
@@ -342,20 +352,37 @@ func TestToolErrors(t *testing.T) {
 		args       map[string]any
 		want       string
 	}{
-		{"missing user_id (schema)", "aquifer_enqueue_job", map[string]any{"idempotent_key": "k", "url": "http://127.0.0.1:1/"}, "user_id"},
+		{"missing user_id (schema)", "aquifer_enqueue_job", map[string]any{"idempotent_key": "k", "url": "http://127.0.0.1:1/"}, "invalid user_id: user_id is required"},
 		{"blank user_id (core)", "aquifer_enqueue_job", map[string]any{"user_id": " ", "idempotent_key": "k", "url": "http://127.0.0.1:1/"}, "invalid user_id: user_id is required"},
 		{"bad url", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "ftp://x"}, "invalid url: url must be an absolute http or https URL"},
 		{"url and pool", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "http://127.0.0.1:1/", "pool_id": "p"}, "mutually exclusive"},
-		{"unknown field", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "http://127.0.0.1:1/", "wait_seconds": 3}, "wait_seconds"},
-		{"wrong type", "aquifer_enqueue_job", map[string]any{"user_id": 7, "idempotent_key": "k", "url": "http://127.0.0.1:1/"}, "user_id"},
+		{"unknown field", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "http://127.0.0.1:1/", "wait_seconds": 3},
+			"invalid arguments: unknown argument wait_seconds; aquifer_enqueue_job takes user_id, idempotent_key, url, pool_id, method, headers, body and webhook_url"},
+		{"wrong type", "aquifer_enqueue_job", map[string]any{"user_id": 7, "idempotent_key": "k", "url": "http://127.0.0.1:1/"}, "invalid user_id: user_id must be a string, not a number"},
+		{"null", "aquifer_enqueue_job", map[string]any{"user_id": nil, "idempotent_key": "k", "url": "http://127.0.0.1:1/"}, "invalid user_id: user_id must be a string, not null"},
+		{"headers not an object", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "http://127.0.0.1:1/", "headers": []any{}},
+			"invalid headers: headers must be an object, not an array"},
+		{"header value not a string", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "http://127.0.0.1:1/", "headers": map[string]any{"a": 1}},
+			`invalid headers: every value of headers must be a string; the value of "a" is a number`},
+		{"no arguments to a tool with required ones", "aquifer_get_job", nil, "invalid job_id: job_id is required"},
+		{"unknown argument to a tool without arguments", "aquifer_health", map[string]any{"verbose": true}, "invalid arguments: aquifer_health takes no arguments; verbose is unknown"},
+		{"fractional timestamp", "aquifer_l8_challenge", map[string]any{"challenge_id": "c", "nonce": "n", "timestamp": 1.5, "sender_public_key": "k", "signature": "s"},
+			"invalid timestamp: timestamp must be a whole number (digits only), not 1.5"},
+		{"timestamp out of range", "aquifer_l8_challenge", map[string]any{"challenge_id": "c", "nonce": "n", "timestamp": json.RawMessage("123456789012345678901234567890"), "sender_public_key": "k", "signature": "s"},
+			"invalid timestamp: the number 123456789012345678901234567890 is out of range"},
 		{"body too large", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "http://127.0.0.1:1/", "body": strings.Repeat("x", 17)}, "more than the limit of 16 bytes"},
 		{"unknown job", "aquifer_get_job", map[string]any{"job_id": strings.Repeat("a", 32)}, "job not found"},
 		{"garbage job id", "aquifer_get_job", map[string]any{"job_id": "nope", "wait_seconds": 1}, "job not found"},
 		{"empty job id", "aquifer_get_job", map[string]any{"job_id": ""}, "job_id is required"},
-		{"negative wait", "aquifer_get_job", map[string]any{"job_id": strings.Repeat("a", 32), "wait_seconds": -1}, "wait_seconds"},
+		{"negative wait", "aquifer_get_job", map[string]any{"job_id": strings.Repeat("a", 32), "wait_seconds": -1}, "invalid wait_seconds: wait_seconds must be at least 0, not -1"},
+		{"wait not a number", "aquifer_get_job", map[string]any{"job_id": strings.Repeat("a", 32), "wait_seconds": "5"}, "invalid wait_seconds: wait_seconds must be a number, not a string"},
+		{"cancel unknown job", "aquifer_cancel_job", map[string]any{"job_id": strings.Repeat("a", 32)}, "job not found (unknown id, or the job expired)"},
+		{"cancel garbage id", "aquifer_cancel_job", map[string]any{"job_id": "nope"}, "job not found"},
+		{"cancel empty id", "aquifer_cancel_job", map[string]any{"job_id": ""}, "invalid job_id: job_id is required"},
+		{"cancel without id", "aquifer_cancel_job", map[string]any{}, "invalid job_id: job_id is required"},
 		{"l8 off", "aquifer_l8_metadata", nil, "L8 is not enabled"},
 		{"l8 challenge off", "aquifer_l8_challenge", map[string]any{"challenge_id": "c", "nonce": "n", "timestamp": 1, "sender_public_key": "k", "signature": "s"}, "L8 is not enabled"},
-		{"l8 challenge incomplete", "aquifer_l8_challenge", map[string]any{"challenge_id": "c"}, "missing properties"},
+		{"l8 challenge incomplete", "aquifer_l8_challenge", map[string]any{"challenge_id": "c"}, "invalid arguments: nonce, timestamp, sender_public_key and signature are required"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -364,6 +391,11 @@ func TestToolErrors(t *testing.T) {
 			t.Logf("%s: %s", c.name, msg)
 			if !strings.Contains(msg, c.want) {
 				t.Fatalf("error %q does not mention %q", msg, c.want)
+			}
+			for _, jargon := range []string{"validating", "/properties/", "map[", "has type", "0.000000"} {
+				if strings.Contains(msg, jargon) {
+					t.Fatalf("error %q speaks validator (%q), not words", msg, jargon)
+				}
 			}
 		})
 	}

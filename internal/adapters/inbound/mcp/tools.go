@@ -41,6 +41,11 @@ type getJobInput struct {
 	WaitSeconds float64 `json:"wait_seconds,omitempty" jsonschema:"Wait up to this many seconds (at most 60) for the job to finish before answering. 0 or absent answers at once. If the job is still queued or in_flight when the wait ends, call again."`
 }
 
+// cancelInput names the job to cancel.
+type cancelInput struct {
+	JobID string `json:"job_id" jsonschema:"The job id returned by aquifer_enqueue_job."`
+}
+
 type noInput struct{}
 
 // challengeInput has the fields of POST /l8/challenge.
@@ -52,8 +57,20 @@ type challengeInput struct {
 	Signature       string `json:"signature" jsonschema:"The challenger's signature over challenge_id:nonce, standard base64."`
 }
 
+// addTool registers a tool with the input schema inferred for In (or the
+// one given), and keeps the schema for checkArgs.
+func addTool[In, Out any](s *Server, t *sdk.Tool, h sdk.ToolHandlerFor[In, Out]) {
+	sch, _ := t.InputSchema.(*jsonschema.Schema)
+	if sch == nil {
+		sch = schemaFor[In]()
+		t.InputSchema = sch
+	}
+	s.inputs[t.Name] = sch
+	sdk.AddTool(s.sdk, t, h)
+}
+
 func (s *Server) addTools() {
-	sdk.AddTool(s.sdk, &sdk.Tool{
+	addTool(s, &sdk.Tool{
 		Name:  "aquifer_enqueue_job",
 		Title: "Queue an HTTP request",
 		Description: "Queue an HTTP request for durable, rate-paced delivery. Aquifer stores the job before answering, " +
@@ -65,7 +82,7 @@ func (s *Server) addTools() {
 		Annotations: &sdk.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(true), DestructiveHint: ptr(false)},
 	}, s.enqueue)
 
-	sdk.AddTool(s.sdk, &sdk.Tool{
+	addTool(s, &sdk.Tool{
 		Name:  "aquifer_get_job",
 		Title: "Read or wait for a job",
 		Description: "Read a job: its status (queued, in_flight, completed, failed), attempts, and once finished the " +
@@ -77,7 +94,18 @@ func (s *Server) addTools() {
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true},
 	}, s.getJob)
 
-	sdk.AddTool(s.sdk, &sdk.Tool{
+	addTool(s, &sdk.Tool{
+		Name:  "aquifer_cancel_job",
+		Title: "Cancel a job that has not been sent",
+		Description: "Cancel a job whose request has not been sent yet: one still queued, or waiting out a retry " +
+			"backoff between attempts (as DELETE /jobs/{id}). The job ends failed with reason canceled, its request " +
+			"is never sent, and its webhook (if any) still reports it. Returns the canceled job. Errors: the job is " +
+			"being sent right now or has already finished (it cannot be canceled; read it with aquifer_get_job), or " +
+			"the id is unknown or expired.",
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: false, OpenWorldHint: ptr(false)},
+	}, s.cancelJob)
+
+	addTool(s, &sdk.Tool{
 		Name:  "aquifer_health",
 		Title: "Aquifer health",
 		Description: "Aquifer's health: status ok or degraded, whether the job store answers, counts of queued and " +
@@ -86,7 +114,7 @@ func (s *Server) addTools() {
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true},
 	}, s.health)
 
-	sdk.AddTool(s.sdk, &sdk.Tool{
+	addTool(s, &sdk.Tool{
 		Name:  "aquifer_l8_metadata",
 		Title: "Aquifer L8 identity",
 		Description: "Aquifer's L8 identity document (as served at /.well-known/l8): the Ed25519 public key that " +
@@ -95,7 +123,7 @@ func (s *Server) addTools() {
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true},
 	}, s.l8Metadata)
 
-	sdk.AddTool(s.sdk, &sdk.Tool{
+	addTool(s, &sdk.Tool{
 		Name:  "aquifer_l8_challenge",
 		Title: "Challenge Aquifer's L8 identity",
 		Description: "Ask Aquifer to prove it holds its L8 key (as POST /l8/challenge): send a fresh challenge " +
@@ -107,10 +135,7 @@ func (s *Server) addTools() {
 
 // getJobSchema is the inferred schema with bounds on wait_seconds.
 func getJobSchema() *jsonschema.Schema {
-	sch, err := jsonschema.For[getJobInput](nil)
-	if err != nil {
-		panic("mcp: get_job schema: " + err.Error()) // a programming error, caught by every test
-	}
+	sch := schemaFor[getJobInput]()
 	if w := sch.Properties["wait_seconds"]; w != nil {
 		w.Minimum = ptr(0.0)
 	}
@@ -145,6 +170,17 @@ func (s *Server) getJob(ctx context.Context, _ *sdk.CallToolRequest, in getJobIn
 	j, err := s.waitJob(ctx, domain.JobID(in.JobID), wait)
 	if err != nil {
 		return nil, httpkit.JobView{}, s.toolError("aquifer_get_job", err)
+	}
+	return nil, httpkit.NewJobView(j), nil
+}
+
+func (s *Server) cancelJob(ctx context.Context, _ *sdk.CallToolRequest, in cancelInput) (*sdk.CallToolResult, httpkit.JobView, error) {
+	if in.JobID == "" {
+		return nil, httpkit.JobView{}, errors.New("invalid job_id: job_id is required")
+	}
+	j, err := s.core.Cancel(ctx, domain.JobID(in.JobID))
+	if err != nil {
+		return nil, httpkit.JobView{}, s.toolError("aquifer_cancel_job", err)
 	}
 	return nil, httpkit.NewJobView(j), nil
 }

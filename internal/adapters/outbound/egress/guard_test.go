@@ -203,6 +203,27 @@ func TestRedirectToMetadataRefused(t *testing.T) {
 	}
 }
 
+// A redirect to the metadata address spelt as a number (as inet_aton reads
+// it) is refused as that address, before any lookup or dial.
+func TestRedirectToNumericMetadataRefused(t *testing.T) {
+	t.Parallel()
+	for _, host := range []string{"2852039166", "0xa9fea9fe", "0251.0376.0251.0376", "169.254.43518"} {
+		b := setup(t)
+		b.answer(host, "169.254.169.254") // would a lookup happen, it would be counted
+		c := b.client(t, nil)
+		d := mustDeny(t.Context(), t, c, b.url("127.0.0.1", "/redirect?to=http://"+host+"/latest/meta-data"), metadataRule)
+		if d.IP != netip.MustParseAddr("169.254.169.254") {
+			t.Fatalf("%s: refused %+v", host, d)
+		}
+		if n := b.resolver.lookupsOf(host); n != 0 {
+			t.Fatalf("%s was looked up %d times", host, n)
+		}
+		if got := b.dialer.addresses(); len(got) != 1 || got[0] != "127.0.0.1:"+b.port {
+			t.Fatalf("%s: dials %v, want only the upstream", host, got)
+		}
+	}
+}
+
 // A redirect to a name the resolver answers with the metadata address gets
 // past the redirect check (a name) and is refused at dial time.
 func TestRedirectToNameResolvingToMetadataRefused(t *testing.T) {
