@@ -18,7 +18,7 @@ import (
 // Postgres restart gives (57P01), then lets them through.
 type faultyStore struct {
 	*memory.Store
-	failFinish, failRequeue, failDelivery atomic.Int64 // failures left; <0: fail forever
+	failFinish, failRequeue, failDelivery    atomic.Int64 // failures left; <0: fail forever
 	finishCalls, requeueCalls, deliveryCalls atomic.Int64
 }
 
