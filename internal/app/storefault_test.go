@@ -184,3 +184,40 @@ func TestStopWhileRetryingAResultWriteIsPrompt(t *testing.T) {
 		t.Errorf("no log line says the result was left for the next start")
 	}
 }
+
+// writeFailingStore answers reads but reports that its writes fail.
+type writeFailingStore struct {
+	*memory.Store
+	err atomic.Pointer[error]
+}
+
+func (s *writeFailingStore) CheckWrites(context.Context) error {
+	if p := s.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *writeFailingStore) Unwrap() *memory.Store { return s.Store }
+
+// Health is degraded, with the reason, while the store's writes fail, even
+// though it answers reads; and ok again once they commit.
+func TestHealthShowsAStoreThatCannotWrite(t *testing.T) {
+	t.Parallel()
+	fs := &writeFailingStore{Store: memory.New(nil)}
+	b := setup(t, func(c *app.Config) { c.Store = fs })
+	h := b.svc.Health(t.Context())
+	if h.Status != "ok" || !h.Store.OK || !h.Store.Writable || h.Store.Error != "" {
+		t.Fatalf("healthy store: %+v", h.Store)
+	}
+	full := error(errors.New("writes failing since 2026-01-02T03:04:05Z: no space left on device"))
+	fs.err.Store(&full)
+	h = b.svc.Health(t.Context())
+	if h.Status != "degraded" || !h.Store.OK || h.Store.Writable || h.Store.Error != full.Error() {
+		t.Fatalf("store that cannot write: status %q, store %+v", h.Status, h.Store)
+	}
+	fs.err.Store(nil)
+	if h = b.svc.Health(t.Context()); h.Status != "ok" || !h.Store.Writable {
+		t.Fatalf("store writing again: status %q, store %+v", h.Status, h.Store)
+	}
+}
