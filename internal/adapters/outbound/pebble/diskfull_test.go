@@ -243,3 +243,14 @@ func TestIdleProbeSeesAFullDisk(t *testing.T) {
 		t.Fatalf("acknowledged job after recovery: %v", err)
 	}
 }
+
+func TestDiskFullContract(t *testing.T) {
+	storetest.ExerciseWriteFaults(t, func(t *testing.T) storetest.Faulty {
+		full := new(atomic.Bool)
+		s, err := Open(t.Context(), Options{Dir: t.TempDir(), Logger: zaptest.NewLogger(t), fs: fullFS{FS: vfs.Default, full: full}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return storetest.Faulty{Store: s, Break: func(*testing.T) { full.Store(true) }, Heal: func(*testing.T) { full.Store(false) }}
+	})
+}
