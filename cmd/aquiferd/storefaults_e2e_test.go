@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -199,4 +200,135 @@ func TestPostgresConnectionsKilledUnderLoad(t *testing.T) {
 	mu.Unlock()
 	t.Logf("%d connections terminated; all %d jobs done in %v (%d slow, %d dispatched more than once — at-least-once)",
 		killed.Load(), n, time.Since(start).Round(time.Millisecond), slow.Load(), dups)
+}
+
+// TestSQLiteDiskFullHealthAndRecovery runs aquiferd with its database on a
+// 4 MiB tmpfs and fills it: submissions get 503, /health turns degraded
+// (HTTP 503) with store.writable false and SQLite's reason, while jobs
+// accepted before still read. Once the space is freed the same process
+// takes jobs again and /health is ok. Mounting needs root (CI runs as
+// root); elsewhere the test is skipped, saying why.
+func TestSQLiteDiskFullHealthAndRecovery(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs to fill up (needs root): %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	target := newRecorder(t, func(r *http.Request, _ []byte) string { return r.Header.Get("X-Job-Key") })
+	// A slow destination: most jobs stay queued while the disk fills.
+	cfgPath := filepath.Join(t.TempDir(), "aquifer.yml")
+	yml := fmt.Sprintf("upstreams:\n  %q:\n    rps: 0.5\n    max_concurrent: 1\n", strings.TrimPrefix(target.URL, "http://"))
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, []string{"CONFIG_PATH=" + cfgPath, "AQUIFER_DATA_DIR=" + filepath.Join(dir, "data")})
+	client := &http.Client{Timeout: 30 * time.Second}
+	submit := func(key string, bodyBytes int) (int, string) {
+		body := fmt.Sprintf(`{"user_id":"full","idempotent_key":%q,"url":%q,"method":"POST","headers":{"X-Job-Key":%q},"body":%q}`,
+			key, target.URL+"/work", key, strings.Repeat("x", bodyBytes))
+		resp, err := client.Post(d.url+"/jobs", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("POST /jobs: %v", err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			JobID string `json:"job_id"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out.JobID
+	}
+	type storeHealth struct {
+		Status string `json:"status"`
+		Store  struct {
+			OK       bool   `json:"ok"`
+			Writable bool   `json:"writable"`
+			Error    string `json:"error"`
+		} `json:"store"`
+	}
+	health := func() (int, storeHealth) {
+		resp, err := client.Get(d.url + "/health")
+		if err != nil {
+			t.Fatalf("/health: %v", err)
+		}
+		defer resp.Body.Close()
+		var h storeHealth
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+			t.Fatalf("/health body: %v", err)
+		}
+		return resp.StatusCode, h
+	}
+
+	var accepted []string
+	for i := range 5 {
+		code, id := submit(fmt.Sprintf("before%d", i), 100)
+		if code != http.StatusCreated {
+			t.Fatalf("submission before the disk filled: %d", code)
+		}
+		accepted = append(accepted, id)
+	}
+	if code, h := health(); code != http.StatusOK || h.Status != "ok" || !h.Store.Writable {
+		t.Fatalf("/health before the disk filled: %d %+v", code, h)
+	}
+
+	// Fill the disk.
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for n := len(chunk); n > 0; {
+		if _, err := f.Write(chunk[:n]); err != nil {
+			n /= 2
+		}
+	}
+	f.Close()
+	refused := false
+	for i := 0; i < 100 && !refused; i++ {
+		code, id := submit(fmt.Sprintf("full%d", i), 60<<10)
+		switch code {
+		case http.StatusCreated:
+			accepted = append(accepted, id)
+		case http.StatusServiceUnavailable:
+			refused = true
+		default:
+			t.Fatalf("submission on a full disk: %d", code)
+		}
+	}
+	if !refused {
+		t.Fatal("no submission was refused on the full disk")
+	}
+	code, h := health()
+	if code != http.StatusServiceUnavailable || h.Status != "degraded" || !h.Store.OK || h.Store.Writable ||
+		!strings.Contains(h.Store.Error, "writes failing since") || !strings.Contains(h.Store.Error, "full") {
+		t.Fatalf("/health on a full disk: %d %+v; want 503, degraded, store answering but not writable, and why", code, h)
+	}
+	resp, err := client.Get(d.url + "/jobs/" + accepted[0])
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET of an accepted job on a full disk: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	// Free the space: the same process takes jobs again.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := submit("after", 100); code != http.StatusCreated {
+		t.Fatalf("submission after the space was freed: %d", code)
+	}
+	if code, h := health(); code != http.StatusOK || h.Status != "ok" || !h.Store.Writable || h.Store.Error != "" {
+		t.Fatalf("/health after the space was freed: %d %+v", code, h)
+	}
+	for _, id := range accepted {
+		resp, err := client.Get(d.url + "/jobs/" + id)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("accepted job %s after recovery: %v %v", id, resp, err)
+		}
+		resp.Body.Close()
+	}
 }
