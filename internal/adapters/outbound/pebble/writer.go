@@ -158,18 +158,24 @@ func (s *Store) reopen() error {
 		}
 		s.db = nil
 	}
+	// back serves reads again when the reopen for writing fails.
+	back := func(err error) error {
+		s.log.Error("reopening the pebble store failed; retrying", zap.Error(err))
+		if db, rerr := s.openDB(true); rerr == nil {
+			s.db = db
+		}
+		return fmt.Errorf("%w (reopening failed: %v)", failed, err)
+	}
 	db, err := s.openDB(false)
 	if err != nil {
-		s.log.Error("reopening the pebble store failed; retrying", zap.Error(err))
-		return fmt.Errorf("%w (reopening failed: %v)", failed, err)
+		return back(err)
 	}
 	seq := s.seq
 	s.db = db
 	if err := s.init(); err != nil {
-		s.log.Error("reopening the pebble store failed; retrying", zap.Error(err))
 		_ = closeBroken(db)
 		s.db = nil
-		return fmt.Errorf("%w (reopening failed: %v)", failed, err)
+		return back(err)
 	}
 	s.seq = max(s.seq, seq)
 	s.readOnly = false
