@@ -216,17 +216,21 @@ func (d *dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []s
 }
 
 // requeue records that j's current phase will be tried again at at, and
-// builds the outcome that tells its lane so.
+// builds the outcome that tells its lane so. A failed write is retried
+// (persist); if the dispatcher stops first the attempt is abandoned and the
+// store's copy runs again after restart.
 func (d *dispatcher) requeue(j *domain.Job, phase domain.Phase, attempts, deferrals int, ar attemptResult,
 	kind outcomeKind, at time.Time) *outcome {
 	p := &ports.RequeueParams{ID: j.ID, Seq: j.Seq, Phase: phase, Attempts: attempts, Deferrals: deferrals,
 		Response: ar.status(), Reason: ar.result.Reason, Now: d.cfg.Clock.Now()}
-	err := d.cfg.Store.Requeue(context.WithoutCancel(d.runCtx), p)
+	err := persist(d.loopCtx, d.cfg.Clock, d.log, "retry", j.ID, func(ctx context.Context) error {
+		return d.cfg.Store.Requeue(ctx, p)
+	})
 	if errors.Is(err, domain.ErrNotFound) {
 		return (&outcome{job: j, kind: outcomeDone}).report(ar) // expired and purged meanwhile
 	}
 	if err != nil {
-		d.log.Warn("recording a retry failed; retrying from memory", zap.String("job_id", string(j.ID)), zap.Error(err))
+		return &outcome{job: j, kind: outcomeAbandoned}
 	}
 	j.Deferrals = deferrals
 	if phase == domain.PhaseDeliver {
@@ -467,15 +471,14 @@ func (d *dispatcher) markInFlightLater(j *domain.Job, at time.Time) (stop func()
 
 // finish records j's terminal status and result, makes its webhook delivery
 // due in the receiver's lane in the same transaction, and tells subscribers.
+// A failed write is retried until it commits (persist): the job stays
+// executing meanwhile, so it is not sent again.
 func (d *dispatcher) finish(j *domain.Job, status domain.Status, attempts int, res *domain.Result) {
-	err := d.commitFinish(context.WithoutCancel(d.runCtx), j, status, attempts, res)
-	switch {
-	case errors.Is(err, domain.ErrNotFound):
+	err := persist(d.loopCtx, d.cfg.Clock, d.log, "job result", j.ID, func(ctx context.Context) error {
+		return d.commitFinish(ctx, j, status, attempts, res)
+	})
+	if errors.Is(err, domain.ErrNotFound) {
 		d.log.Info("job vanished before it finished (expired)", zap.String("job_id", string(j.ID)))
-	case err != nil:
-		// The job stays ready in the store; it runs again after a restart or
-		// when the stale sweep finds it.
-		d.log.Error("recording job result failed; it will run again", zap.String("job_id", string(j.ID)), zap.Error(err))
 	}
 }
 
@@ -519,18 +522,21 @@ func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status dom
 	return nil
 }
 
-// finishDelivery records the end of j's webhook delivery.
+// finishDelivery records the end of j's webhook delivery. A failed write is
+// retried until it commits (persist), so the webhook is not sent again.
 func (d *dispatcher) finishDelivery(j *domain.Job, delivered bool, attempts int, res *domain.Result) {
 	if res == nil {
 		res = &domain.Result{}
 	}
-	err := d.cfg.Store.FinishDelivery(context.WithoutCancel(d.runCtx), &ports.FinishDeliveryParams{
+	p := &ports.FinishDeliveryParams{
 		ID: j.ID, Seq: j.Seq, Delivered: delivered, Attempts: attempts, Response: res.ResponseStatus,
 		Reason: res.Reason, Now: d.cfg.Clock.Now(),
+	}
+	err := persist(d.loopCtx, d.cfg.Clock, d.log, "webhook delivery", j.ID, func(ctx context.Context) error {
+		return d.cfg.Store.FinishDelivery(ctx, p)
 	})
 	if err != nil && !errors.Is(err, domain.ErrNotFound) {
-		d.log.Error("recording webhook delivery failed; it will be sent again", zap.String("job_id", string(j.ID)), zap.Error(err))
-		return
+		return // stopping: the delivery is still pending in the store and goes out after restart
 	}
 	if u, ok := domain.UpstreamOf(j.WebhookURL); ok {
 		if delivered {
@@ -538,5 +544,59 @@ func (d *dispatcher) finishDelivery(j *domain.Job, delivered bool, attempts int,
 		} else {
 			d.cfg.Metrics.WebhookFailed(string(u))
 		}
+	}
+}
+
+// Backoff between tries of a write of durable state (persist): 50 ms,
+// doubling, at most 5 s apart.
+const (
+	persistBackoff    = 50 * time.Millisecond
+	persistMaxBackoff = 5 * time.Second
+)
+
+// persist records state this process already holds in memory — an
+// attempt's result, a retry, a delivery's outcome — by running write until
+// it commits, reports domain.ErrNotFound (the job is gone: expired and
+// purged), or stop ends (the dispatcher is stopping). Between tries it waits
+// on clock, 50 ms doubling to 5 s. It returns write's last error: nil,
+// ErrNotFound, or the failure it gave up on.
+//
+// A failed write is not dropped: the store would keep the job ready (or
+// in_flight) and, since this process still runs it, nothing would bring it
+// back before the stale sweep. The caller holds the job as executing while
+// persist runs, so it is not dispatched again meanwhile. When stop ends
+// first the store still says ready or in_flight, and the next start runs
+// the job again. Each try runs with stop's values but not its
+// cancellation: a commit under way is not abandoned.
+func persist(stop context.Context, clock ports.Clock, log *zap.Logger, what string, id domain.JobID, write func(context.Context) error) error {
+	ctx := context.WithoutCancel(stop)
+	wait := persistBackoff
+	for tries := 1; ; tries++ {
+		err := write(ctx)
+		switch {
+		case err == nil:
+			if tries > 1 {
+				log.Info(what+" recorded after the store failed", zap.String("job_id", string(id)), zap.Int("tries", tries))
+			}
+			return nil
+		case errors.Is(err, domain.ErrNotFound), errors.Is(err, domain.ErrClosed):
+			return err
+		case stop.Err() != nil:
+			log.Warn(what+" not recorded: stopping; the job runs again after restart", zap.String("job_id", string(id)), zap.Int("tries", tries), zap.Error(err))
+			return err
+		case tries == 1:
+			log.Warn(what+" could not be recorded; retrying", zap.String("job_id", string(id)), zap.Error(err))
+		default:
+			log.Debug(what+" could not be recorded; retrying", zap.String("job_id", string(id)), zap.Int("tries", tries), zap.Error(err))
+		}
+		t := clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-stop.Done():
+			t.Stop()
+			log.Warn(what+" not recorded: stopping; the job runs again after restart", zap.String("job_id", string(id)), zap.Int("tries", tries), zap.Error(err))
+			return err
+		}
+		wait = min(2*wait, persistMaxBackoff)
 	}
 }

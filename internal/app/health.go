@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/aquiferhq/aquifer/internal/l8"
+	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
 // Health is the /health document (BEHAVIOR.md §7, plus store health).
 type Health struct {
-	// Status is "ok" when the store answers, "degraded" otherwise.
+	// Status is "ok" when the store answers and its writes commit,
+	// "degraded" otherwise.
 	Status string `json:"status"`
 	// Auth is "open" (no API-key tenants: anyone who reaches Aquifer may
 	// use it) or "api_keys".
@@ -35,9 +37,14 @@ type Health struct {
 	Cluster *ClusterHealth `json:"cluster,omitempty"`
 }
 
-// StoreHealth reports whether the store answers, and how fast.
+// StoreHealth reports whether the store answers, how fast, and whether its
+// writes commit.
 type StoreHealth struct {
-	OK        bool    `json:"ok"`
+	OK bool `json:"ok"`
+	// Writable is false while the store's writes fail (a full disk, a
+	// database that refuses writes), even if it answers reads.
+	Writable bool `json:"writable"`
+	// Error says why the store does not answer or cannot write.
 	Error     string  `json:"error,omitempty"`
 	LatencyMS float64 `json:"latency_ms"`
 }
@@ -100,7 +107,12 @@ func (s *Service) Health(ctx context.Context) *Health {
 	if err != nil {
 		h.Status, h.Store.Error = "degraded", err.Error()
 	} else {
-		h.Store.OK = true
+		h.Store.OK, h.Store.Writable = true, true
+		if wc, ok := s.cfg.Store.(ports.WriteChecker); ok {
+			if err := wc.CheckWrites(ctx); err != nil {
+				h.Status, h.Store.Writable, h.Store.Error = "degraded", false, err.Error()
+			}
+		}
 		if c, err := s.cfg.Store.Counts(ctx); err == nil {
 			// Quick attempts are in flight only in memory (markInFlightLater).
 			running := int64(s.d.executingCount())

@@ -1,9 +1,11 @@
 package groupcommit_test
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aquiferhq/aquifer/internal/groupcommit"
 )
@@ -107,5 +109,41 @@ func TestClosingCommitsWhatWasSubmitted(t *testing.T) {
 		if p != nil {
 			t.Errorf("slot %d still holds a committed op", i)
 		}
+	}
+}
+
+// A failed commit shows, with the time of the first failure of its run,
+// until the next commit succeeds.
+func TestHealthShowsFailuresUntilASuccess(t *testing.T) {
+	var h groupcommit.Health
+	t0 := time.Unix(1_700_000_000, 0)
+	if h.Err() != nil || !h.Idle(t0, time.Second) {
+		t.Fatal("a writer that tried nothing is healthy and idle")
+	}
+	h.Record(nil, t0)
+	if h.Err() != nil || h.Idle(t0.Add(time.Millisecond), time.Second) {
+		t.Fatal("after a success: healthy, not idle")
+	}
+	full := errors.New("no space left on device")
+	h.Record(full, t0.Add(time.Second))
+	h.Record(errors.New("still no space left on device"), t0.Add(2*time.Second))
+	err := h.Err()
+	var fe *groupcommit.FailingError
+	if !errors.As(err, &fe) || !fe.Since.Equal(t0.Add(time.Second)) {
+		t.Fatalf("Err = %v, want failing since the first failure", err)
+	}
+	if want := "writes failing since 2023-11-14T22:13:21Z: still no space left on device"; err.Error() != want {
+		t.Fatalf("Err = %q, want %q", err, want)
+	}
+	if !h.Idle(t0.Add(5*time.Second), 3*time.Second) || h.Idle(t0.Add(4*time.Second), 3*time.Second) {
+		t.Fatal("Idle does not follow the latest try")
+	}
+	h.Record(nil, t0.Add(3*time.Second))
+	if h.Err() != nil {
+		t.Fatalf("after a success: %v", h.Err())
+	}
+	h.Record(full, t0.Add(4*time.Second))
+	if err := h.Err(); !errors.As(err, &fe) || !fe.Since.Equal(t0.Add(4*time.Second)) || !errors.Is(err, full) {
+		t.Fatalf("a new run of failures: %v", err)
 	}
 }

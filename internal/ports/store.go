@@ -230,3 +230,16 @@ type TenantCounter interface {
 	// starts with userIDPrefix and whose status is queued or in_flight.
 	CountUnfinished(ctx context.Context, userIDPrefix string) (int64, error)
 }
+
+// WriteChecker is implemented by stores that know whether their writes
+// commit: a store can answer reads (Ping) while every write fails, as when
+// its disk is full. Health reports the store degraded while CheckWrites
+// fails.
+type WriteChecker interface {
+	// CheckWrites returns nil while writes commit, or an error saying since
+	// when and why they fail ("writes failing since …: no space left on
+	// device"). A failed commit shows until the next one succeeds. A store
+	// that has tried no write for a while runs a small probe write first, so
+	// a full disk shows without traffic.
+	CheckWrites(ctx context.Context) error
+}

@@ -60,6 +60,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		{"Position", testPosition},
 		{"DeferralsAreKeptAndReset", testDeferrals},
 		{"RoundTripsBinaryBodies", testBinaryRoundTrip},
+		{"WritesReportHealthy", testWritesHealthy},
 		{"ClosedStoreFails", testClosed},
 	}
 	for _, tc := range tests {
@@ -635,5 +636,21 @@ func testNotOrphaned(t *testing.T, s ports.JobStore) {
 	lanes, err := s.OrphanedLanes(ctx(t))
 	if err != nil || len(lanes) != 0 {
 		t.Fatalf("OrphanedLanes = %v, %v; a job this store just took is not orphaned", lanes, err)
+	}
+}
+
+// testWritesHealthy: a store that reports its write health says writes
+// succeed while they do, idle (a probe) or not.
+func testWritesHealthy(t *testing.T, s ports.JobStore) {
+	wc, ok := s.(ports.WriteChecker)
+	if !ok {
+		t.Skipf("%T does not report write health (ports.WriteChecker)", s)
+	}
+	if err := wc.CheckWrites(ctx(t)); err != nil {
+		t.Fatalf("CheckWrites on a new store: %v", err)
+	}
+	mustInsert(t, s, NewJob("u", "k", "a.test:80"))
+	if err := wc.CheckWrites(ctx(t)); err != nil {
+		t.Fatalf("CheckWrites after a write: %v", err)
 	}
 }

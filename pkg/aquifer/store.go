@@ -36,6 +36,11 @@ type LedgerStore = ports.LedgerStore
 // jobs cheaply; without it Aquifer counts them itself.
 type TenantCounter = ports.TenantCounter
 
+// WriteChecker is implemented by stores that can tell whether their writes
+// commit (a full disk leaves reads working); GET /health reports the store
+// degraded while CheckWrites fails.
+type WriteChecker = ports.WriteChecker
+
 // Arguments and results of Store methods, for implementers.
 type (
 	MarkInFlightParams   = ports.MarkInFlightParams

@@ -28,9 +28,19 @@
 // 1 ms-slower fsyncs: Pebble puts every pending WAL write in one fsync either
 // way.)
 //
-// A commit that fails fails every operation in its group, and the store then
-// refuses further writes: Pebble treats a failed commit as fatal to the
-// database. An operation's own outcome (not found, a record it cannot
+// A commit that fails fails every operation in its group. Pebble treats a
+// failed commit as fatal to the database (it calls Logger.Fatalf; the
+// store's logger panics and the writer recovers it), so the writer closes
+// that database and opens the directory read-only: reads go on from what
+// is durable, without the failed group that Pebble had already made
+// visible. Writes fail as unavailable until the disk takes writes again —
+// the writer tries, at most every 250 ms, to write and sync a 1 MiB probe
+// file — and then the database is reopened for writing from disk. Nothing
+// acknowledged is lost (every commit synced the WAL) and no restart is
+// needed. A fatal error outside a commit (a MANIFEST write in a background
+// flush) still ends the process; a restart recovers from the WAL. The
+// writer remembers its latest commit error until the next success
+// (CheckWrites), probing when idle. An operation's own outcome (not found, a record it cannot
 // decode) fails that operation alone. MarkInFlight operations made moot by a
 // Finish of the same job later in the same group are skipped.
 //
@@ -60,6 +70,7 @@
 //	e/<expires_at ms:8><job id>                      → empty
 //	m/seq                                            → <highest seq or ready_seq ever assigned:8>
 //	m/format                                         → <layout version:1> (currently 2)
+//	m/probe                                          → <time of the latest write probe, ms:8> (never read)
 //
 // j/ holds one record per job for its whole lifecycle (request, result,
 // webhook delivery), keyed by the job id: Get is one point lookup, and since

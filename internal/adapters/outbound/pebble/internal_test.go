@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,7 +229,7 @@ func TestOneGroupSeesItsOwnWrites(t *testing.T) {
 	results := make([]opResult, len(ops))
 	// The writer is idle: nothing was submitted, so this goroutine may act
 	// as the writer.
-	if err := s.apply(ops, results); err != nil {
+	if _, err := s.apply(ops, results); err != nil {
 		t.Fatal(err)
 	}
 	if !results[0].fresh || results[1].fresh || results[1].job.ID != a.ID {
@@ -312,9 +313,10 @@ func TestCorruptRecordFailsItsOpsOnly(t *testing.T) {
 	}
 }
 
-// TestFailedCommitStopsWrites: once a commit failed, every later write fails
-// as unavailable (Pebble cannot take more), while reads go on.
-func TestFailedCommitStopsWrites(t *testing.T) {
+// TestFailedCommitStopsWritesUntilReopened: once a commit failed, later
+// writes fail as unavailable (Pebble cannot take more) while reads go on,
+// until the writer has reopened the database, at most every reopenEvery.
+func TestFailedCommitStopsWritesUntilReopened(t *testing.T) {
 	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -327,11 +329,19 @@ func TestFailedCommitStopsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.fail(errors.New("injected WAL failure"))
+	s.lastReopen = time.Now() // the writer is idle; the submit below orders this before its read
 	_, err = s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Now: time.Now()})
-	if domain.CodeOf(err) != domain.CodeUnavailable {
+	if domain.CodeOf(err) != domain.CodeUnavailable || !strings.Contains(err.Error(), "injected WAL failure") {
 		t.Fatalf("Finish after a failed commit = %v, want unavailable", err)
 	}
 	if got, err := s.Get(ctx, j.ID); err != nil || got.Status != domain.StatusQueued {
 		t.Fatalf("Get after a failed commit = %+v, %v", got, err)
+	}
+	time.Sleep(reopenEvery)
+	if _, err := s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Now: time.Now()}); err != nil {
+		t.Fatalf("Finish once the store could reopen = %v", err)
+	}
+	if got, err := s.Get(ctx, j.ID); err != nil || got.Status != domain.StatusCompleted {
+		t.Fatalf("Get after the reopen = %+v, %v", got, err)
 	}
 }

@@ -14,6 +14,7 @@ var (
 	prefixExpiry = []byte("e/")
 	keySeq       = []byte("m/seq")
 	keyFormat    = []byte("m/format")
+	keyProbe     = []byte("m/probe") // written by write probes (CheckWrites); never read
 )
 
 // layoutVersion is the value of m/format: the key layout this build writes.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -13,9 +12,11 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -43,6 +44,12 @@ type Options struct {
 	CacheBytes int64
 	// Logger receives the store's and Pebble's own messages; default no-op.
 	Logger *zap.Logger
+	// WriteProbeAfter is how long the store may go without trying a commit
+	// before CheckWrites makes a small probe commit to see whether writes
+	// still succeed; default 10 s.
+	WriteProbeAfter time.Duration
+
+	fs vfs.FS // the filesystem; vfs.Default unless a test injects faults
 }
 
 func (o Options) withDefaults() Options {
@@ -60,6 +67,12 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	if o.WriteProbeAfter <= 0 {
+		o.WriteProbeAfter = 10 * time.Second
+	}
+	if o.fs == nil {
+		o.fs = vfs.Default
+	}
 	return o
 }
 
@@ -71,15 +84,22 @@ const memTableSize = 16 << 20
 type Store struct {
 	opts Options
 	log  *zap.Logger
+	// db is the open database. Only the writer replaces it (reopening it
+	// after a failed commit), under dbMu; readers hold dbMu (read) while
+	// they use it. nil while a reopen has not succeeded.
 	db   *pebble.DB
+	dbMu sync.RWMutex
 
 	// Owned by the writer goroutine.
-	seq  int64  // the counter for seq and ready_seq: the highest assigned
-	kbuf []byte // scratch for keys
-	vbuf []byte // scratch for records
-	rbuf []byte // scratch for ready-index values
+	seq        int64     // the counter for seq and ready_seq: the highest assigned
+	kbuf       []byte    // scratch for keys
+	vbuf       []byte    // scratch for records
+	rbuf       []byte    // scratch for ready-index values
+	lastReopen time.Time // the latest try at reopening a failed database
+	readOnly   bool      // db is the read-only stand-in for a database whose commit failed (demote)
 
-	failed atomic.Pointer[error] // set when a commit failed: Pebble cannot take more writes
+	failed atomic.Pointer[error] // set when a commit failed: this DB cannot take more writes; cleared by a reopen
+	health groupcommit.Health    // the writer's commits, for CheckWrites
 
 	ops       chan *op
 	closeOnce sync.Once
@@ -114,9 +134,33 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(o.Dir, 0o750); err != nil {
+	if err := o.fs.MkdirAll(o.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create pebble directory %s: %w", o.Dir, err)
 	}
+	s := &Store{
+		opts:    o,
+		log:     o.Logger,
+		ops:     make(chan *op, 4*o.MaxBatch),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	db, err := s.openDB(false)
+	if err != nil {
+		return nil, fmt.Errorf("open pebble store %s: %w", o.Dir, err)
+	}
+	s.db = db
+	if err := s.init(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	go s.writer()
+	return s, nil
+}
+
+// openDB opens the Pebble database in the store's directory, for reads
+// only if readOnly (which writes nothing to the disk).
+func (s *Store) openDB(readOnly bool) (*pebble.DB, error) {
+	o := s.opts
 	// Pebble charges its memtables (up to MemTableStopWritesThreshold of
 	// them) to the block cache, so the cache is made that much larger.
 	const memTables = 2
@@ -128,6 +172,8 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		Logger:                      zapLogger{o.Logger.WithOptions(zap.AddCallerSkip(1))},
 		MemTableSize:                memTableSize,
 		MemTableStopWritesThreshold: memTables,
+		FS:                          o.fs,
+		ReadOnly:                    readOnly,
 	}
 	if d := o.WALMinSyncInterval; d > 0 {
 		popts.WALMinSyncInterval = func() time.Duration { return d }
@@ -137,24 +183,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	for i := range popts.Levels {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	db, err := pebble.Open(o.Dir, popts)
-	if err != nil {
-		return nil, fmt.Errorf("open pebble store %s: %w", o.Dir, err)
-	}
-	s := &Store{
-		opts:    o,
-		log:     o.Logger,
-		db:      db,
-		ops:     make(chan *op, 4*o.MaxBatch),
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
-	}
-	if err := s.init(); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	go s.writer()
-	return s, nil
+	return pebble.Open(o.Dir, popts)
 }
 
 // init checks the layout version (writing it into a new store) and loads the
@@ -214,6 +243,13 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		close(s.closing)
 		<-s.done
+		if s.db == nil {
+			return // a reopen after failed writes did not succeed: nothing is open
+		}
+		if s.readOnly {
+			s.closeErr = closeBroken(s.db)
+			return
+		}
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close pebble store %s: %w", s.opts.Dir, err)
 		}
@@ -428,12 +464,21 @@ func (s *Store) DeleteFinished(ctx context.Context, throughSeq int64, limit int)
 	return int(r.n), r.err
 }
 
+// errReopening is what reads get while the database is closed for a
+// reopen that has not succeeded yet.
+var errReopening = errors.New("pebble store is closed after failed writes; reopening once the disk takes writes again")
+
 // read runs fn while the database is open.
 func (s *Store) read(fn func() error) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.exit()
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return errReopening
+	}
 	return fn()
 }
 
@@ -710,11 +755,21 @@ func (z zapLogger) Infof(format string, args ...any) { z.l.Info(fmt.Sprintf(form
 func (z zapLogger) Errorf(format string, args ...any) { z.l.Error(fmt.Sprintf(format, args...)) }
 
 // Fatalf logs and panics: Pebble calls it for states it cannot continue from
-// and does not expect it to return. Around a commit the writer recovers the
-// panic and fails the group; elsewhere it ends the process, as Pebble's own
-// logger would, after the message went to zap.
+// and does not expect it to return (Pebble's own logger exits the process).
+// A failed commit — the WAL write or sync failing, as on a full disk — calls
+// it on the writer's goroutine: the writer recovers the panic, fails the
+// group and reopens the database once the disk takes writes again (see
+// reopen). Called anywhere else (a MANIFEST write failing during a
+// background flush or compaction), the panic ends the process, after the
+// message went to zap: that database cannot be closed and reopened in this
+// process, and a restart recovers it from its WAL.
 func (z zapLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	z.l.Error(msg, zap.Bool("fatal", true))
-	panic("pebble: " + msg)
+	panic(fatalError(msg))
 }
+
+// fatalError is the panic value of Fatalf.
+type fatalError string
+
+func (e fatalError) Error() string { return string(e) }

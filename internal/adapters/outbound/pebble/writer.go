@@ -1,10 +1,14 @@
 package pebble
 
 import (
+	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
@@ -25,6 +29,7 @@ const (
 	opResetStale
 	opPurge
 	opDeleteFinished
+	opProbe // a small write to see whether commits succeed (CheckWrites)
 )
 
 // op is one write waiting for the writer. done is nil for fire-and-forget ops.
@@ -63,15 +68,27 @@ func (s *Store) writer() {
 // commit applies batch to one indexed batch and commits it with a WAL sync,
 // then answers the callers. An op's own outcome (not found, a record it
 // cannot read) goes to its caller alone; a failed commit fails every op: no
-// caller is told a write succeeded unless the commit did.
+// caller is told a write succeeded unless the commit did. After a failed
+// commit the database takes no more writes; the next group first tries to
+// reopen it (reopen).
 func (s *Store) commit(batch []*op) {
 	results := make([]opResult, len(batch))
 	err := s.failure()
+	if err != nil {
+		err = s.reopen()
+	}
+	wrote := false
 	if err == nil {
 		seqBefore := s.seq
-		if err = s.apply(batch, results); err != nil {
+		if wrote, err = s.apply(batch, results); err != nil {
 			s.seq = seqBefore // nothing of the group exists
 		}
+	}
+	if err != nil || wrote {
+		s.health.Record(err, time.Now())
+	}
+	if err != nil && s.failed.Load() != nil && !s.readOnly {
+		s.demote()
 	}
 	if err != nil {
 		s.log.Error("pebble batch failed", zap.Int("ops", len(batch)), zap.Error(err))
@@ -92,7 +109,7 @@ func (s *Store) commit(batch []*op) {
 	}
 }
 
-// failure returns the error that broke the store, if any.
+// failure returns the error that broke the database, if any.
 func (s *Store) failure() error {
 	if f := s.failed.Load(); f != nil {
 		return *f
@@ -101,16 +118,144 @@ func (s *Store) failure() error {
 }
 
 // fail records that a commit failed: Pebble's commit pipeline (and WAL)
-// cannot take more writes after that, so neither can the store.
+// cannot take more writes after that, so neither can this database.
 func (s *Store) fail(err error) { s.failed.CompareAndSwap(nil, &err) }
 
+// reopenEvery is the least time between two tries at reopening a database
+// whose commit failed: groups that arrive sooner fail at once.
+const reopenEvery = 250 * time.Millisecond
+
+// probeBytes is the size of the file written to see whether the disk takes
+// writes again.
+const probeBytes = 1 << 20
+
+// reopen brings a database whose commit failed back into service, on the
+// writer's goroutine, and reports the failure if it cannot yet. Pebble
+// cannot take writes after a failed commit (its WAL writer keeps the
+// error), and the failed group may sit in its memtable, visible to reads
+// though it is durable nowhere. So once a probe file can be written and
+// synced in the directory — the disk has room again — the database is
+// closed and opened again from disk: every acknowledged write is in the
+// WAL (each commit synced it), and nothing unacknowledged is kept except
+// what reached the disk anyway. Readers are held off (dbMu) while the
+// database is swapped; operations waiting for the writer just wait.
+func (s *Store) reopen() error {
+	failed := s.failure()
+	now := time.Now()
+	if now.Sub(s.lastReopen) < reopenEvery {
+		return failed
+	}
+	s.lastReopen = now
+	if err := s.probeDisk(); err != nil {
+		s.log.Debug("pebble directory still refuses writes", zap.Error(err))
+		return failed
+	}
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if s.db != nil {
+		if err := closeBroken(s.db); err != nil {
+			s.log.Warn("closing the read-only pebble database", zap.Error(err))
+		}
+		s.db = nil
+	}
+	// back serves reads again when the reopen for writing fails.
+	back := func(err error) error {
+		s.log.Error("reopening the pebble store failed; retrying", zap.Error(err))
+		if db, rerr := s.openDB(true); rerr == nil {
+			s.db = db
+		}
+		return fmt.Errorf("%w (reopening failed: %v)", failed, err)
+	}
+	db, err := s.openDB(false)
+	if err != nil {
+		return back(err)
+	}
+	seq := s.seq
+	s.db = db
+	if err := s.init(); err != nil {
+		_ = closeBroken(db)
+		s.db = nil
+		return back(err)
+	}
+	s.seq = max(s.seq, seq)
+	s.readOnly = false
+	s.failed.Store(nil)
+	s.log.Warn("pebble store reopened after failed writes; writes resume", zap.NamedError("failure", failed))
+	return nil
+}
+
+// demote replaces a database whose commit failed by the same directory
+// opened read-only, on the writer's goroutine. The failed group may sit in
+// the broken database's memtable, readable though it is durable nowhere (a
+// caller told "failed" could find its job there, or a retry be answered
+// "duplicate" by it); the read-only database holds exactly what is on disk,
+// so reads go on from durable state while writes wait for reopen.
+func (s *Store) demote() {
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if err := closeBroken(s.db); err != nil {
+		s.log.Warn("closing the failed pebble database", zap.Error(err))
+	}
+	s.db, s.readOnly = nil, true
+	db, err := s.openDB(true)
+	if err != nil {
+		s.log.Error("opening the pebble store read-only after a failed write; reads fail until it reopens", zap.Error(err))
+		return
+	}
+	s.db = db
+}
+
+// probeDisk writes, syncs and removes a file in the store's directory.
+func (s *Store) probeDisk() error {
+	fs := s.opts.fs
+	name := fs.PathJoin(s.opts.Dir, "aquifer-write-probe")
+	f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(make([]byte, probeBytes))
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close(), fs.Remove(name))
+}
+
+// closeBroken closes a database whose commit failed. Pebble may panic
+// closing a database in that state; the panic is returned as an error.
+func closeBroken(db *pebble.DB) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("pebble: %v", r)
+		}
+	}()
+	return db.Close()
+}
+
+// CheckWrites implements ports.WriteChecker: nil while commits succeed, the
+// failure (and since when) otherwise. If the writer has tried no commit for
+// Options.WriteProbeAfter, a probe commit runs first — which also reopens
+// a failed database once the disk takes writes again.
+func (s *Store) CheckWrites(ctx context.Context) error {
+	if s.health.Idle(time.Now(), s.opts.WriteProbeAfter) {
+		if r := s.submit(ctx, &op{kind: opProbe, at: time.Now(), done: wait()}); errors.Is(r.err, domain.ErrClosed) {
+			return r.err
+		}
+	}
+	return s.health.Err()
+}
+
 // apply runs the ops in one indexed batch and commits it with pebble.Sync.
-func (s *Store) apply(batch []*op, results []opResult) (err error) {
+// It reports whether there was anything to commit.
+func (s *Store) apply(batch []*op, results []opResult) (wrote bool, err error) {
 	b := s.db.NewIndexedBatch()
 	committing := false
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("pebble: %v", r)
+			if fe, ok := r.(fatalError); ok {
+				err = fe
+			} else {
+				err = fmt.Errorf("pebble: %v", r)
+			}
 			if committing {
 				s.fail(err) // the commit pipeline cannot be trusted after this, nor the batch
 				return
@@ -127,24 +272,24 @@ func (s *Store) apply(batch []*op, results []opResult) (err error) {
 		}
 		results[i] = s.applyOne(w, o)
 		if w.err != nil {
-			return w.err
+			return false, w.err
 		}
 	}
 	if b.Empty() {
-		return nil // only duplicates and not-founds: nothing to make durable
+		return false, nil // only duplicates and not-founds: nothing to make durable
 	}
 	if s.seq != seqBefore {
 		w.set(keySeq, seqValue(s.seq))
 		if w.err != nil {
-			return w.err
+			return false, w.err
 		}
 	}
 	committing = true
 	if err := b.Commit(pebble.Sync); err != nil {
 		s.fail(err)
-		return err
+		return false, err
 	}
-	return nil
+	return true, nil
 }
 
 // supersededMarks finds MarkInFlight ops whose job is finished later in the
@@ -339,6 +484,9 @@ func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
 		upd.Delivery = &domain.Delivery{Status: status, Attempts: p.Attempts, ResponseStatus: p.Response, Reason: p.Reason}
 		upd.ReadyLane, upd.UpdatedAt, upd.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
 		return opResult{}, w.update(j, &upd)
+	case opProbe:
+		w.set(keyProbe, binary.BigEndian.AppendUint64(nil, uint64(o.at.UnixMilli())))
+		return opResult{}, nil
 	case opRecover:
 		return s.recoverInFlight(w, o.at)
 	case opResetStale:

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -57,9 +58,16 @@ type Options struct {
 	NotifyBuffer int
 	// Logger receives store errors; default no-op.
 	Logger *zap.Logger
+	// WriteProbeAfter is how long the store may go without trying a commit
+	// before CheckWrites makes a small probe transaction to see whether
+	// writes still succeed; default 10 s.
+	WriteProbeAfter time.Duration
 }
 
 func (o Options) withDefaults() Options {
+	if o.WriteProbeAfter <= 0 {
+		o.WriteProbeAfter = 10 * time.Second
+	}
 	if o.Lease <= 0 {
 		o.Lease = 30 * time.Second
 	}
@@ -113,6 +121,7 @@ type Store struct {
 	notifyDone chan struct{}             // notifier stopped
 
 	commits, committedOps, renewals atomic.Int64
+	health                          groupcommit.Health // the writer's commits and write probes, for CheckWrites
 	notified, dropped, delivered    atomic.Int64
 	listenPID                       atomic.Uint32 // backend of the current Listen connection (tests)
 }

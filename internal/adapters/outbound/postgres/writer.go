@@ -95,6 +95,9 @@ func (s *Store) commit(batch []*op) {
 			results[i] = r[0]
 		}
 	}
+	if len(live) > 0 {
+		s.health.Record(err, time.Now())
+	}
 	if err != nil {
 		s.log.Error("postgres group commit failed", zap.Int("ops", len(live)), zap.Error(err))
 		err = unavailable("job store write failed", err)
@@ -542,4 +545,30 @@ func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *opResult) {
 		}
 		return nil // already terminal: left alone, no second delivery
 	})
+}
+
+// CheckWrites implements ports.WriteChecker: nil while commits succeed, the
+// failure (and since when) otherwise. If the writer has tried no commit for
+// Options.WriteProbeAfter, a probe transaction runs first: a statement
+// against the jobs table that changes nothing (it still needs the table
+// to take writes: privileges, a read-only database or standby, triggers)
+// and the assignment of a transaction id, whose commit PostgreSQL must
+// write to its WAL.
+func (s *Store) CheckWrites(ctx context.Context) error {
+	if s.health.Idle(time.Now(), s.opts.WriteProbeAfter) {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		defer cancel()
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "UPDATE jobs SET seq = seq WHERE false"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "SELECT pg_current_xact_id()")
+			return err
+		})
+		if err != nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return s.health.Err() // the caller went away: no verdict
+		}
+		s.health.Record(err, time.Now())
+	}
+	return s.health.Err()
 }

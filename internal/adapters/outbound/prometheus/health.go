@@ -20,7 +20,7 @@ type healthCollector struct {
 	timeout   time.Duration
 	maxSeries int // per-scrape cap on pool and pool-member series
 
-	storeUp, storePing                        *prometheus.Desc
+	storeUp, storePing, storeWritable         *prometheus.Desc
 	jobs                                      *prometheus.Desc
 	lanes                                     *prometheus.Desc
 	laneRate, laneMaxConc, laneCeil           *prometheus.Desc
@@ -42,7 +42,9 @@ func newHealthCollector(health func(context.Context) *app.Health, upstreams *lab
 	return &healthCollector{
 		health: health, upstreams: upstreams, timeout: timeout, maxSeries: upstreams.max,
 
-		storeUp:   d("store_up", "1 when the job store answered the health ping, 0 otherwise."),
+		storeUp: d("store_up", "1 when the job store answered the health ping, 0 otherwise."),
+		storeWritable: d("store_writable", "1 while the job store's writes commit, 0 while they fail (a full disk, a database "+
+			"that refuses writes) or the store does not answer; /health's store.error says why."),
 		storePing: d("store_ping_seconds", "How long the job store took to answer the health ping."),
 		jobs: d("jobs", "Unfinished jobs by state: queued (waiting for dispatch, store-wide), in_flight (attempts "+
 			"running in this process), webhooks_pending (results waiting for delivery, store-wide).", "state"),
@@ -82,7 +84,7 @@ func newHealthCollector(health func(context.Context) *app.Health, upstreams *lab
 }
 
 func (c *healthCollector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.storeUp, c.storePing, c.jobs, c.lanes, c.laneRate, c.laneMaxConc, c.laneCeil,
+	return []*prometheus.Desc{c.storeUp, c.storeWritable, c.storePing, c.jobs, c.lanes, c.laneRate, c.laneMaxConc, c.laneCeil,
 		c.laneCeilConc, c.laneInFlight, c.laneBuffered, c.laneQueues, c.lanePaused, c.laneCircuit, c.admEnabled, c.admRejecting,
 		c.admMem, c.admMemLimit, c.admRetryAfter, c.storeBytes, c.storeMaxBytes, c.poolMembers, c.poolCapacity,
 		c.memberRep, c.memberRPS, c.memberIn, c.memberOff, c.drainState, c.clusterLanes, c.clusterInstances}
@@ -105,6 +107,7 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	e := emitter{ch}
 	e.gauge(c.storeUp, b2f(h.Store.OK))
+	e.gauge(c.storeWritable, b2f(h.Store.Writable))
 	e.gauge(c.storePing, h.Store.LatencyMS/1000)
 	e.gauge(c.jobs, float64(h.Jobs.Queued), "queued")
 	e.gauge(c.jobs, float64(h.Jobs.InFlight), "in_flight")

@@ -16,7 +16,7 @@ import (
 func fullHealth(context.Context) *app.Health {
 	return &app.Health{
 		Status: "ok",
-		Store:  app.StoreHealth{OK: true, LatencyMS: 1.5},
+		Store:  app.StoreHealth{OK: true, Writable: true, LatencyMS: 1.5},
 		Jobs:   app.JobCounts{Queued: 120, InFlight: 3, Deliveries: 7},
 		Lanes: []app.LaneHealth{
 			{Lane: hostA, RPS: 12.5, MaxConcurrent: 4, CeilingRPS: 50, CeilingMaxConcurrent: 16, Queues: 2, PausedQueues: 1, InFlight: 3, Buffered: 64},
@@ -45,6 +45,9 @@ func TestHealthGauges(t *testing.T) {
 # HELP aquifer_store_up 1 when the job store answered the health ping, 0 otherwise.
 # TYPE aquifer_store_up gauge
 aquifer_store_up 1
+# HELP aquifer_store_writable 1 while the job store's writes commit, 0 while they fail (a full disk, a database that refuses writes) or the store does not answer; /health's store.error says why.
+# TYPE aquifer_store_writable gauge
+aquifer_store_writable 1
 # HELP aquifer_store_ping_seconds How long the job store took to answer the health ping.
 # TYPE aquifer_store_ping_seconds gauge
 aquifer_store_ping_seconds 0.0015
@@ -129,7 +132,7 @@ aquifer_cluster_lanes_held 1
 # TYPE aquifer_cluster_instances gauge
 aquifer_cluster_instances 2
 `
-	names := []string{"aquifer_store_up", "aquifer_store_ping_seconds", "aquifer_jobs", "aquifer_lanes",
+	names := []string{"aquifer_store_up", "aquifer_store_writable", "aquifer_store_ping_seconds", "aquifer_jobs", "aquifer_lanes",
 		"aquifer_lane_rate_rps", "aquifer_lane_max_concurrent", "aquifer_lane_ceiling_rps", "aquifer_lane_in_flight",
 		"aquifer_lane_buffered", "aquifer_lane_paused_queues", "aquifer_admission_rejecting",
 		"aquifer_admission_memory_bytes", "aquifer_admission_memory_limit_bytes", "aquifer_store_bytes",
@@ -159,6 +162,16 @@ func TestHealthGaugesOptionalSections(t *testing.T) {
 	}
 	if !strings.Contains(exp, "aquifer_store_up 0\n") || !strings.Contains(exp, "aquifer_lanes 0\n") {
 		t.Errorf("store_up 0 / lanes 0 missing:\n%s", exp)
+	}
+	// A store that answers but cannot write.
+	full := prommetrics.New(prommetrics.Options{NoRuntimeCollectors: true})
+	if err := full.CollectHealth(func(context.Context) *app.Health {
+		return &app.Health{Status: "degraded", Store: app.StoreHealth{OK: true, Error: "writes failing since …: no space left on device"}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if exp := scrape(t, full); !strings.Contains(exp, "aquifer_store_up 1\n") || !strings.Contains(exp, "aquifer_store_writable 0\n") {
+		t.Errorf("store_up 1 / store_writable 0 missing:\n%s", exp)
 	}
 
 	nothing := prommetrics.New(prommetrics.Options{NoRuntimeCollectors: true})

@@ -29,6 +29,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -71,6 +72,10 @@ type Options struct {
 	GatherYields int
 	// Logger receives store errors; default no-op.
 	Logger *zap.Logger
+	// WriteProbeAfter is how long the store may go without trying a commit
+	// before CheckWrites makes a small probe commit to see whether writes
+	// still succeed; default 10 s.
+	WriteProbeAfter time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -90,6 +95,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
+	}
+	if o.WriteProbeAfter <= 0 {
+		o.WriteProbeAfter = 10 * time.Second
 	}
 	return o
 }
@@ -115,6 +123,7 @@ type Store struct {
 	closed    bool
 
 	commits, committedOps atomic.Int64
+	health                groupcommit.Health // the writer's commits, for CheckWrites
 }
 
 // Stats are cumulative writer counters.

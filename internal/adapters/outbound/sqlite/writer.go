@@ -27,6 +27,7 @@ const (
 	opResetStale
 	opPurge
 	opDeleteFinished
+	opProbe // a small write to see whether commits succeed (CheckWrites)
 )
 
 // op is one write waiting for the writer. done is nil for fire-and-forget ops.
@@ -161,6 +162,7 @@ func (s *Store) commit(batch []*op) {
 		s.committedOps.Add(int64(len(batch)))
 		return nil
 	}()
+	s.health.Record(err, time.Now())
 	if err != nil {
 		s.seq = seqBefore // nothing of the batch exists
 		s.log.Error("sqlite batch failed", zap.Int("ops", len(batch)), zap.Error(err))
@@ -283,6 +285,13 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *op) (opResult, error) 
 			n += k
 		}
 		return opResult{n: n}, nil
+	case opProbe:
+		// Rewriting the schema version dirties the database header: the
+		// commit writes a WAL frame and syncs it, as a real write would.
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
+			return opResult{}, fmt.Errorf("write probe: %w", err)
+		}
+		return opResult{}, nil
 	case opDeleteFinished:
 		var n int64
 		st := tx.StmtContext(ctx, s.stmts.deleteFinished)
@@ -388,4 +397,18 @@ func (s *Store) resetStale(ctx context.Context, tx *sql.Tx, candidates []*domain
 		}
 	}
 	return opResult{jobs: reset}, nil
+}
+
+// CheckWrites implements ports.WriteChecker: nil while commits succeed, the
+// failure (and since when) otherwise. If the writer has tried no commit for
+// Options.WriteProbeAfter, a probe commit runs first. SQLite needs no
+// reopening after a failed commit (a full disk fails the transaction, which
+// is rolled back); the next commit that finds room succeeds.
+func (s *Store) CheckWrites(ctx context.Context) error {
+	if s.health.Idle(time.Now(), s.opts.WriteProbeAfter) {
+		if r := s.submit(ctx, &op{kind: opProbe, done: wait()}); errors.Is(r.err, domain.ErrClosed) {
+			return r.err
+		}
+	}
+	return s.health.Err()
 }
