@@ -179,7 +179,7 @@ func (d *dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []s
 	}
 	upstream := string(j.Upstream())
 	defer func() {
-		if o != nil {
+		if o != nil && o.kind != outcomeAbandoned { // abandoned: shutdown cut it short; it runs again
 			d.cfg.Metrics.Dispatched(upstream, o.metricOutcome(), ar.status(), d.cfg.Clock.Now().Sub(started))
 		}
 	}()
