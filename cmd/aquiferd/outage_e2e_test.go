@@ -194,11 +194,14 @@ func TestDestinationAndReceiverDownForAMinute(t *testing.T) {
 			t.Fatalf("job k%d completed without reaching the target", i)
 		}
 	}
-	// The threshold (5) opened each circuit; then only probes, 1 s
+	// Three jobs failing opened each circuit; then only probes, 1 s
 	// doubling. Five attempts per job would have been 3,000.
 	if targetRefused > 20 || receiverRefused > 20 {
 		t.Fatalf("the down servers saw %d (target) and %d (receiver) attempts; want the few that found them down and the probes", targetRefused, receiverRefused)
 	}
+	// Stop the daemon so its logs are complete, then look.
+	_ = d.cmd.Process.Signal(syscallTERM)
+	_ = d.cmd.Wait()
 	if !strings.Contains(d.logs.String(), "circuit open") {
 		t.Errorf("no log line says the destination is down")
 	}

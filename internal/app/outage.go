@@ -16,9 +16,9 @@ import (
 // that is down: instead of every job burning its retries against it, the
 // lane opens a circuit, holds its work and probes (pacing.Circuit).
 type OutageConfig struct {
-	// FailureThreshold is how many consecutive failed attempts, from at least
-	// two different jobs, open a lane's circuit. Default 5; negative turns
-	// circuits off (every failure counts against its own job).
+	// FailureThreshold is how many different jobs must fail in a row (no
+	// success in between) to open a lane's circuit. Default 3; negative
+	// turns circuits off (every failure counts against its own job).
 	FailureThreshold int
 	// ProbeInterval is the wait before the first probe; it doubles after
 	// each failed probe up to MaxProbeInterval. Defaults 1s and 5m.

@@ -223,8 +223,8 @@ var Settings = []Setting{
 	{Key: "dispatch.lane_window", Env: "AQUIFER_LANE_WINDOW", Default: "256",
 		Doc:   "Ready jobs each lane keeps in memory; the backlog beyond stays in the store.",
 		apply: func(c *Config, v string) (err error) { c.LaneWindow, err = parseInt(v, 1, 1_000_000); return }},
-	{Key: "outage.failure_threshold", Env: "AQUIFER_OUTAGE_FAILURE_THRESHOLD", Default: "5",
-		Doc: "Consecutive failed attempts (transport errors or 5xx, from at least two jobs) after which a destination counts as down: its lane holds its jobs instead of spending their retries, and probes it. 0 turns outage detection off.",
+	{Key: "outage.failure_threshold", Env: "AQUIFER_OUTAGE_FAILURE_THRESHOLD", Default: "3",
+		Doc: "How many different jobs must fail in a row (transport errors or 5xx, no success in between) for a destination to count as down: its lane then holds its jobs instead of spending their retries, and probes it. 0 turns outage detection off.",
 		apply: func(c *Config, v string) (err error) {
 			c.OutageFailureThreshold, err = parseInt(v, 0, 1_000_000)
 			return

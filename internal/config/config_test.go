@@ -104,7 +104,7 @@ func TestLoadDefaults(t *testing.T) {
 				MaxResponseBytes:       1048576,
 				ShutdownTimeout:        30 * time.Second,
 				LaneWindow:             256,
-				OutageFailureThreshold: 5,
+				OutageFailureThreshold: 3,
 				OutageProbeInterval:    time.Second,
 				OutageMaxProbeInterval: 5 * time.Minute,
 				MaxOutageHold:          24 * time.Hour,

@@ -1,6 +1,9 @@
 package pacing
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // CircuitState is where a destination's outage circuit stands.
 type CircuitState int
@@ -28,10 +31,10 @@ func (s CircuitState) String() string {
 
 // CircuitConfig tunes a Circuit. WithDefaults fills zero fields.
 type CircuitConfig struct {
-	// FailureThreshold is how many consecutive failed attempts, from at least
-	// two different jobs, open the circuit. Default 5. Negative disables the
-	// circuit: every failure counts against its own job, as it did before
-	// circuits existed.
+	// FailureThreshold is how many different jobs must fail in a row — no
+	// attempt succeeding in between — to open the circuit. Default 3.
+	// Negative disables the circuit: every failure counts against its own
+	// job, as it did before circuits existed.
 	FailureThreshold int
 	// ProbeInterval is the wait before the first probe after the circuit
 	// opens; it doubles after each failed probe. Default 1s.
@@ -43,7 +46,7 @@ type CircuitConfig struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c CircuitConfig) WithDefaults() CircuitConfig {
 	if c.FailureThreshold == 0 {
-		c.FailureThreshold = 5
+		c.FailureThreshold = 3
 	}
 	if c.ProbeInterval <= 0 {
 		c.ProbeInterval = time.Second
@@ -87,11 +90,11 @@ const (
 	Closed                  // open or half-open → closed: the destination answered
 )
 
-// Circuit tells a destination that is down from one request that fails. It
-// counts consecutive failed attempts across a lane: FailureThreshold of them,
-// from at least two different jobs, open it. One job failing again and
-// again, with nothing else in between, does not: its request may be what is
-// wrong, so it spends its own attempts.
+// Circuit tells a destination that is down from requests that fail. It
+// watches the failed attempts of a lane since its last success: once
+// FailureThreshold different jobs have failed, it opens. A job failing again
+// and again (or two of them) does not open it while nothing else fails: their
+// requests may be what is wrong, so they spend their own attempts.
 //
 // While the circuit is open the lane holds its work and lets one probe
 // through at NextProbe; a probe that fails doubles the wait (up to
@@ -106,9 +109,8 @@ type Circuit struct {
 	cfg CircuitConfig
 
 	state     CircuitState
-	streak    int    // consecutive failures
-	streakJob string // the job of the first failure in the streak
-	mixed     bool   // the streak holds failures of more than one job
+	streak    int      // consecutive failures
+	jobs      []string // the different jobs among them, up to FailureThreshold
 	since     time.Time
 	interval  time.Duration
 	nextProbe time.Time
@@ -148,10 +150,8 @@ func (c *Circuit) Fail(f Failure, now time.Time) (Verdict, Transition) {
 	if !c.Enabled() {
 		return Count, NoTransition
 	}
-	if c.streak == 0 {
-		c.streakJob, c.mixed = f.Job, false
-	} else if f.Job != c.streakJob {
-		c.mixed = true
+	if len(c.jobs) < c.cfg.FailureThreshold && !slices.Contains(c.jobs, f.Job) {
+		c.jobs = append(c.jobs, f.Job)
 	}
 	c.streak++
 	c.lastError = f.Reason
@@ -167,7 +167,7 @@ func (c *Circuit) Fail(f Failure, now time.Time) (Verdict, Transition) {
 		c.nextProbe = now.Add(c.interval)
 		return Hold, Reopened
 	}
-	if c.streak >= c.cfg.FailureThreshold && c.mixed {
+	if len(c.jobs) >= c.cfg.FailureThreshold {
 		c.state, c.since = CircuitOpen, now
 		c.interval, c.probes = c.cfg.ProbeInterval, 0
 		c.nextProbe = now.Add(c.interval)
@@ -179,7 +179,7 @@ func (c *Circuit) Fail(f Failure, now time.Time) (Verdict, Transition) {
 // Succeed records an attempt the destination answered without failing
 // (2xx–4xx, a 429 included): the streak ends and an open circuit closes.
 func (c *Circuit) Succeed(now time.Time) Transition {
-	c.streak, c.streakJob, c.mixed, c.lastError = 0, "", false, ""
+	c.streak, c.jobs, c.lastError = 0, c.jobs[:0], ""
 	if c.state == CircuitClosed {
 		return NoTransition
 	}

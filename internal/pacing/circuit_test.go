@@ -14,7 +14,7 @@ func fail(job string, _ int) pacing.Failure {
 func TestCircuitDefaults(t *testing.T) {
 	t.Parallel()
 	got := pacing.CircuitConfig{}.WithDefaults()
-	want := pacing.CircuitConfig{FailureThreshold: 5, ProbeInterval: time.Second, MaxProbeInterval: 5 * time.Minute}
+	want := pacing.CircuitConfig{FailureThreshold: 3, ProbeInterval: time.Second, MaxProbeInterval: 5 * time.Minute}
 	if got != want {
 		t.Fatalf("WithDefaults = %+v, want %+v", got, want)
 	}
@@ -58,9 +58,14 @@ func TestCircuitOneJobsRetriesDoNotOpenIt(t *testing.T) {
 	if c.State() != pacing.CircuitClosed {
 		t.Fatalf("state %v, want closed", c.State())
 	}
-	// A second job failing too makes it the destination's.
-	if v, tr := c.Fail(fail("b", 1), t0); v != pacing.Hold || tr != pacing.Opened {
-		t.Fatalf("second job: %v %v, want Hold, Opened", v, tr)
+	// A second job failing too is not enough; a third makes it the
+	// destination's.
+	if v, tr := c.Fail(fail("b", 1), t0); v != pacing.Count || tr != pacing.NoTransition {
+		t.Fatalf("second job: %v %v, want Count", v, tr)
+	}
+	c.Fail(fail("a", 11), t0)
+	if v, tr := c.Fail(fail("c", 1), t0); v != pacing.Hold || tr != pacing.Opened {
+		t.Fatalf("third job: %v %v, want Hold, Opened", v, tr)
 	}
 }
 

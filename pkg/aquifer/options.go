@@ -93,7 +93,7 @@ type Options struct {
 
 	// Outage tunes the outage circuits: a destination that fails for
 	// several jobs in a row has its work held and probed. Default: on,
-	// 5 failures, probes 1s doubling to 5m, jobs held up to 24h.
+	// 3 jobs, probes 1s doubling to 5m, jobs held up to 24h.
 	Outage OutageOptions
 
 	// Proxy tunes edge-proxy mode; Drain turns on drain mode; Cluster

@@ -156,7 +156,7 @@ type ClusterOptions = app.ClusterConfig
 
 // OutageOptions tune how Aquifer rides out a destination or webhook
 // receiver that is down (docs/OPERATIONS.md, "When a destination is down"):
-// after FailureThreshold consecutive failures across jobs its lane holds
+// once FailureThreshold different jobs have failed in a row its lane holds
 // the work and probes it, instead of every job spending its retries. The
 // zero value uses the defaults.
 type OutageOptions = app.OutageConfig
