@@ -38,13 +38,7 @@ func TestClusterOfThreeOnPostgres(t *testing.T) {
 		fmt.Fprint(w, `{"ok":true}`)
 	}))
 	defer target.Close()
-	hooks := newRecorder(t, func(_ *http.Request, body []byte) string {
-		var p struct {
-			JobID string `json:"job_id"`
-		}
-		_ = json.Unmarshal(body, &p)
-		return p.JobID
-	})
+	hooks := newWebhookRecorder(t)
 
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "aquifer.yml")

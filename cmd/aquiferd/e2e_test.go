@@ -213,13 +213,7 @@ func storeEnv(t *testing.T, backend string) []string {
 func kill9(t *testing.T, storeEnv []string) {
 	const n = 2000
 	target := newRecorder(t, func(r *http.Request, _ []byte) string { return r.Header.Get("X-Job-Key") })
-	hooks := newRecorder(t, func(_ *http.Request, body []byte) string {
-		var p struct {
-			JobID string `json:"job_id"`
-		}
-		_ = json.Unmarshal(body, &p)
-		return p.JobID
-	})
+	hooks := newWebhookRecorder(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "aquifer.yml")
 	yml := fmt.Sprintf("upstreams:\n  %q:\n    rps: 400\n    max_concurrent: 8\n  %q:\n    rps: 2000\n    max_concurrent: 32\n",
@@ -410,4 +404,40 @@ func TestPoolJobsSurviveKill9(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// newWebhookRecorder is a webhook receiver that records the job id of
+// every delivery.
+func newWebhookRecorder(t *testing.T) *recorder {
+	t.Helper()
+	return newRecorder(t, func(_ *http.Request, body []byte) string {
+		var p struct {
+			JobID string `json:"job_id"`
+		}
+		_ = json.Unmarshal(body, &p)
+		return p.JobID
+	})
+}
+
+// pace is one upstreams: entry of a test's CONFIG_PATH file.
+type pace struct {
+	url           string // a server's base URL; its host:port is the key
+	rps           float64
+	maxConcurrent int
+}
+
+// paceConfig writes a YAML file pacing each server as given and returns
+// its path, for CONFIG_PATH.
+func paceConfig(t *testing.T, paces ...pace) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("upstreams:\n")
+	for _, p := range paces {
+		fmt.Fprintf(&b, "  %q:\n    rps: %v\n    max_concurrent: %d\n", strings.TrimPrefix(p.url, "http://"), p.rps, p.maxConcurrent)
+	}
+	path := filepath.Join(t.TempDir(), "aquifer.yml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,19 +39,8 @@ func TestMetricsAddUp(t *testing.T) {
 		}
 	}))
 	t.Cleanup(target.Close)
-	hooks := newRecorder(t, func(_ *http.Request, body []byte) string {
-		var p struct {
-			JobID string `json:"job_id"`
-		}
-		_ = json.Unmarshal(body, &p)
-		return p.JobID
-	})
-	cfg := filepath.Join(t.TempDir(), "aquifer.yml")
-	yml := fmt.Sprintf("upstreams:\n  %q:\n    rps: 200\n    max_concurrent: 8\n  %q:\n    rps: 200\n    max_concurrent: 8\n",
-		strings.TrimPrefix(target.URL, "http://"), strings.TrimPrefix(hooks.URL, "http://"))
-	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	hooks := newWebhookRecorder(t)
+	cfg := paceConfig(t, pace{target.URL, 200, 8}, pace{hooks.URL, 200, 8})
 	d := startDaemon(t, append([]string{"CONFIG_PATH=" + cfg}, storeEnv(t, "sqlite")...))
 
 	body := func(i int) string {

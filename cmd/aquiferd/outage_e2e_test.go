@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,13 +118,7 @@ func TestDestinationAndReceiverDownForAMinute(t *testing.T) {
 	target.setDown(true)
 	receiver.setDown(true)
 
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "aquifer.yml")
-	yml := fmt.Sprintf("upstreams:\n  %q:\n    rps: 200\n    max_concurrent: 8\n  %q:\n    rps: 200\n    max_concurrent: 8\n",
-		strings.TrimPrefix(target.URL, "http://"), strings.TrimPrefix(receiver.URL, "http://"))
-	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := paceConfig(t, pace{target.URL, 200, 8}, pace{receiver.URL, 200, 8})
 	d := startDaemon(t, append([]string{"CONFIG_PATH=" + cfg}, storeEnv(t, "sqlite")...))
 
 	start := time.Now()

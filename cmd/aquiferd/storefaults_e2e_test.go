@@ -47,20 +47,8 @@ func TestPostgresConnectionsKilledUnderLoad(t *testing.T) {
 		fmt.Fprint(w, `{"ok":true}`)
 	}))
 	defer target.Close()
-	hooks := newRecorder(t, func(_ *http.Request, body []byte) string {
-		var p struct {
-			JobID string `json:"job_id"`
-		}
-		_ = json.Unmarshal(body, &p)
-		return p.JobID
-	})
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "aquifer.yml")
-	yml := fmt.Sprintf("upstreams:\n  %q:\n    rps: 200\n    max_concurrent: 32\n  %q:\n    rps: 2000\n    max_concurrent: 32\n",
-		strings.TrimPrefix(target.URL, "http://"), strings.TrimPrefix(hooks.URL, "http://"))
-	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	hooks := newWebhookRecorder(t)
+	cfg := paceConfig(t, pace{target.URL, 200, 32}, pace{hooks.URL, 2000, 32})
 	schema := postgresSchema(t)
 	app := "aqkill_" + schema
 	dsn, err := url.Parse(testDatabaseURL())
@@ -70,7 +58,7 @@ func TestPostgresConnectionsKilledUnderLoad(t *testing.T) {
 	q := dsn.Query()
 	q.Set("application_name", app)
 	dsn.RawQuery = q.Encode()
-	d := startDaemon(t, []string{"CONFIG_PATH=" + cfg, "AQUIFER_DATA_DIR=" + filepath.Join(dir, "data"),
+	d := startDaemon(t, []string{"CONFIG_PATH=" + cfg, "AQUIFER_DATA_DIR=" + filepath.Join(t.TempDir(), "data"),
 		"AQUIFER_STORE_BACKEND=postgres", "AQUIFER_POSTGRES_DSN=" + dsn.String(), "AQUIFER_POSTGRES_SCHEMA=" + schema,
 		"AQUIFER_INSTANCE_ID=kill-" + schema})
 
