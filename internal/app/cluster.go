@@ -122,7 +122,7 @@ func (d *dispatcher) publish(ev domain.Event) {
 // workElsewhere tells the holder of j's lane (another process) about work
 // it may not have seen.
 func (d *dispatcher) workElsewhere(j *domain.Job) {
-	if d.heldElsewhere(j.ReadyLane.Upstream()) == "" {
+	if d.heldElsewhere(j.ReadyQueue.Upstream()) == "" {
 		// Nobody dispatches this lane yet: take it now rather than at the
 		// next periodic sync.
 		select {
@@ -130,7 +130,7 @@ func (d *dispatcher) workElsewhere(j *domain.Job) {
 		default:
 		}
 	}
-	d.cluster.c.Broadcast(ports.ClusterMessage{Work: []ports.WorkNotice{{Lane: j.ReadyLane, ReadySeq: j.ReadySeq}}})
+	d.cluster.c.Broadcast(ports.ClusterMessage{Work: []ports.WorkNotice{{Queue: j.ReadyQueue, ReadySeq: j.ReadySeq}}})
 }
 
 // leaseLoop syncs leases every SyncInterval, and at once when kicked.
@@ -211,12 +211,12 @@ func (s *Service) laneState(u domain.UpstreamKey) ports.LaneState {
 func (s *Service) syncLeases(ctx context.Context) {
 	cs := s.d.cluster
 	start := s.cfg.Clock.Now()
-	lanes, err := s.cfg.Store.ReadyLanes(ctx)
+	lanes, err := s.cfg.Store.ReadyQueues(ctx)
 	if err != nil {
 		s.leaseSyncFailed(start, err)
 		return
 	}
-	byUp := map[domain.UpstreamKey][]domain.LaneKey{}
+	byUp := map[domain.UpstreamKey][]domain.QueueKey{}
 	for _, l := range lanes {
 		byUp[l.Upstream()] = append(byUp[l.Upstream()], l)
 	}
@@ -363,7 +363,7 @@ func (s *Service) syncLeases(ctx context.Context) {
 // work a dead process left in flight goes back to the queue, the saved pace
 // and account-queue mode are restored, and every queue is read from the
 // start.
-func (s *Service) takeLane(ctx context.Context, u domain.UpstreamKey, st ports.LaneState, lanes []domain.LaneKey) {
+func (s *Service) takeLane(ctx context.Context, u domain.UpstreamKey, st ports.LaneState, lanes []domain.QueueKey) {
 	cs := s.d.cluster
 	n, err := cs.c.RecoverLane(ctx, u)
 	if err != nil {
@@ -443,8 +443,8 @@ func spread(instance string, u domain.UpstreamKey) uint64 {
 // this process holds, job events for local subscribers, pool changes.
 func (s *Service) onClusterMessage(ctx context.Context, m ports.ClusterMessage) {
 	for _, w := range m.Work {
-		if s.d.holds(w.Lane.Upstream()) {
-			s.d.notifyFrom(w.Lane, w.ReadySeq-1)
+		if s.d.holds(w.Queue.Upstream()) {
+			s.d.notifyFrom(w.Queue, w.ReadySeq-1)
 		}
 	}
 	for _, ev := range m.Events {

@@ -161,7 +161,7 @@ func (n *node) RecoverLane(ctx context.Context, u domain.UpstreamKey) (int, erro
 		Exclude: map[domain.JobID]bool{}})
 	c := 0
 	for _, j := range jobs {
-		if j.Lane.Upstream() == u {
+		if j.Queue.Upstream() == u {
 			c++
 		}
 	}

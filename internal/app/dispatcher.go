@@ -55,7 +55,7 @@ const cancelHold = 2 * time.Minute
 
 // execInfo places a running dispatch attempt in its queue.
 type execInfo struct {
-	lane domain.LaneKey
+	lane domain.QueueKey
 	seq  int64
 }
 
@@ -81,7 +81,7 @@ func newDispatcher(cfg Config, broker *Broker, cluster *clusterState) *dispatche
 // notify tells the lane of key's upstream that the store may hold ready
 // work for key it has not read, creating the lane if needed. rewind makes it
 // re-read from the start, for work put back behind its cursor.
-func (d *dispatcher) notify(key domain.LaneKey, rewind bool) {
+func (d *dispatcher) notify(key domain.QueueKey, rewind bool) {
 	if !d.holds(key.Upstream()) {
 		return // another process dispatches it (or will, when it takes the lease)
 	}
@@ -95,7 +95,7 @@ func (d *dispatcher) notify(key domain.LaneKey, rewind bool) {
 
 // notifyFrom tells key's lane to read its queue again from after floor
 // (work another process committed there).
-func (d *dispatcher) notifyFrom(key domain.LaneKey, floor int64) {
+func (d *dispatcher) notifyFrom(key domain.QueueKey, floor int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
@@ -125,7 +125,7 @@ func (d *dispatcher) running(u domain.UpstreamKey) int {
 // offer hands just-committed work to its lane. If the lane's buffer is full
 // the lane reads it from the store instead.
 func (d *dispatcher) offer(j *domain.Job) {
-	u := j.ReadyLane.Upstream()
+	u := j.ReadyQueue.Upstream()
 	if !d.holds(u) {
 		d.workElsewhere(j)
 		return
@@ -156,7 +156,7 @@ func (d *dispatcher) offer(j *domain.Job) {
 	case l.offers <- j:
 	default:
 		l.pending.Add(-1)
-		l.signal(j.ReadyLane, false, j.ReadySeq-1)
+		l.signal(j.ReadyQueue, false, j.ReadySeq-1)
 	}
 }
 
@@ -164,7 +164,7 @@ func (d *dispatcher) offer(j *domain.Job) {
 // attempt that did not work out) available to it again: the lane re-reads
 // its queue from the job on.
 func (d *dispatcher) requeueHeld(j *domain.Job) {
-	if !d.holds(j.ReadyLane.Upstream()) {
+	if !d.holds(j.ReadyQueue.Upstream()) {
 		d.workElsewhere(j)
 		return
 	}
@@ -173,7 +173,7 @@ func (d *dispatcher) requeueHeld(j *domain.Job) {
 	if d.stopping {
 		return // the job is queued in the store; the next start runs it
 	}
-	d.laneLocked(j.ReadyLane.Upstream()).signal(j.ReadyLane, false, j.ReadySeq-1)
+	d.laneLocked(j.ReadyQueue.Upstream()).signal(j.ReadyQueue, false, j.ReadySeq-1)
 }
 
 // busy reports whether upstream has work in this process: queued, waiting
@@ -209,7 +209,7 @@ func (d *dispatcher) anyBusy() bool {
 // observe passes a response obtained outside the lanes (a proxy direct
 // attempt) to upstream's lane, so its pacing signals count. It never blocks:
 // under a flood of them some are dropped, which only delays adaptation.
-func (d *dispatcher) observe(key domain.LaneKey, status int, sig pacing.Signals) {
+func (d *dispatcher) observe(key domain.QueueKey, status int, sig pacing.Signals) {
 	if !d.holds(key.Upstream()) {
 		return // the holder paces it
 	}
@@ -372,7 +372,7 @@ func (d *dispatcher) beginDispatch(j *domain.Job) bool {
 	if _, ok := d.executing[j.ID]; ok {
 		return false // running already: held by a proxy attempt, or this is a second copy
 	}
-	d.executing[j.ID] = execInfo{lane: j.ReadyLane, seq: j.ReadySeq}
+	d.executing[j.ID] = execInfo{lane: j.ReadyQueue, seq: j.ReadySeq}
 	return true
 }
 
@@ -425,7 +425,7 @@ func (d *dispatcher) finishCanceled(ctx context.Context, j *domain.Job) error {
 		return err
 	}
 	d.mu.RLock()
-	l := d.lanes[j.Lane.Upstream()]
+	l := d.lanes[j.Queue.Upstream()]
 	d.mu.RUnlock()
 	if l != nil {
 		select {
@@ -446,7 +446,7 @@ func (d *dispatcher) endDispatch(id domain.JobID) {
 }
 
 // executingAhead counts running dispatch attempts of lane ahead of seq.
-func (d *dispatcher) executingAhead(lane domain.LaneKey, seq int64) int {
+func (d *dispatcher) executingAhead(lane domain.QueueKey, seq int64) int {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	n := 0

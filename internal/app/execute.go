@@ -34,7 +34,7 @@ const (
 // outcome is what an attempt goroutine reports back to its lane.
 type outcome struct {
 	job      *domain.Job
-	queue    domain.LaneKey
+	queue    domain.QueueKey
 	kind     outcomeKind
 	retryAt  time.Time
 	status   int            // HTTP status of the response (0: none)
@@ -108,7 +108,7 @@ func (d *dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
 //
 // For pool work, member is the chosen member and target its address. For a
 // dispatch the caller has already marked j executing (beginDispatch).
-func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, flowRate []string, member, target string, probe bool) {
+func (d *dispatcher) startAttempt(l *lane, queue domain.QueueKey, j *domain.Job, flowRate []string, member, target string, probe bool) {
 	dispatching := j.Phase() == domain.PhaseDispatch
 	d.attemptsWG.Add(1)
 	d.workers.run(func() {
@@ -134,7 +134,7 @@ func (d *dispatcher) startAttempt(l *lane, queue domain.LaneKey, j *domain.Job, 
 // startHoldExpiry fails j, which has waited longer than the outage hold
 // allows for a destination that is down, without sending anything, and
 // reports to l. For a dispatch the caller has already marked j executing.
-func (d *dispatcher) startHoldExpiry(l *lane, queue domain.LaneKey, j *domain.Job, lastError string) {
+func (d *dispatcher) startHoldExpiry(l *lane, queue domain.QueueKey, j *domain.Job, lastError string) {
 	d.attemptsWG.Add(1)
 	d.workers.run(func() {
 		defer d.attemptsWG.Done()
@@ -489,10 +489,10 @@ func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status dom
 		res = &domain.Result{}
 	}
 	now := d.cfg.Clock.Now()
-	var deliverIn domain.LaneKey
+	var deliverIn domain.QueueKey
 	if j.WebhookURL != "" {
 		if u, ok := domain.UpstreamOf(j.WebhookURL); ok {
-			deliverIn = domain.SharedLane(u)
+			deliverIn = domain.SharedQueue(u)
 		}
 	}
 	readySeq, err := d.cfg.Store.Finish(ctx, &ports.FinishParams{
@@ -515,7 +515,7 @@ func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status dom
 		// the dispatch still identifies j by its old ReadySeq.
 		next := *j
 		next.Status, next.Attempts, next.Result, next.UpdatedAt = status, attempts, res, now
-		next.ReadyLane, next.ReadySeq = deliverIn, readySeq
+		next.ReadyQueue, next.ReadySeq = deliverIn, readySeq
 		next.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
 		d.offer(&next)
 	}

@@ -52,8 +52,8 @@ type lane struct {
 	fetchWG sync.WaitGroup
 
 	sigMu    sync.Mutex
-	signals  map[domain.LaneKey]laneSignal // guarded by sigMu; drained by run
-	sigCalls int64                         // signal calls since the last drain; guarded by sigMu
+	signals  map[domain.QueueKey]laneSignal // guarded by sigMu; drained by run
+	sigCalls int64                          // signal calls since the last drain; guarded by sigMu
 
 	// pending counts offers and signals sent but not yet taken in by run;
 	// busy is whether the lane had any work at its last loop. Together they
@@ -72,7 +72,7 @@ type lane struct {
 	pace    *pacing.Pace
 	limiter *pacing.Limiter
 	gate    *pacing.Gate
-	queues  map[domain.LaneKey]*queue
+	queues  map[domain.QueueKey]*queue
 	order   []*queue // round-robin order
 	// active: this process dispatches the lane. Always true for a store one
 	// process owns; with a shared store, only while it holds the lane's lease.
@@ -108,11 +108,11 @@ func newLane(d *dispatcher, u domain.UpstreamKey) *lane {
 		ctl:      make(chan func(), 4),
 		active:   d.cluster == nil,
 		quit:     make(chan struct{}),
-		signals:  make(map[domain.LaneKey]laneSignal),
+		signals:  make(map[domain.QueueKey]laneSignal),
 		pace:     pace,
 		limiter:  pacing.NewLimiter(pace.RPS()),
 		gate:     pacing.NewGate(pace.MaxConcurrent()),
-		queues:   make(map[domain.LaneKey]*queue),
+		queues:   make(map[domain.QueueKey]*queue),
 	}
 	l.setRate(pace.RPS())
 	return l
@@ -124,7 +124,7 @@ const offerBuffer = 1024
 
 // signal asks the lane to read queue key from the store, from the start
 // (rewind) or from floor on.
-func (l *lane) signal(key domain.LaneKey, rewind bool, floor int64) {
+func (l *lane) signal(key domain.QueueKey, rewind bool, floor int64) {
 	l.sigMu.Lock()
 	s, ok := l.signals[key]
 	if !ok {
@@ -234,7 +234,7 @@ func (l *lane) run(ctx context.Context) {
 		case j := <-l.offers:
 			consumed++
 			if l.active {
-				l.queue(j.ReadyLane).accept(j, l.d.cfg.WindowJobs)
+				l.queue(j.ReadyQueue).accept(j, l.d.cfg.WindowJobs)
 			}
 		case o := <-l.done:
 			l.complete(o, clock.Now())
@@ -255,7 +255,7 @@ func (l *lane) run(ctx context.Context) {
 }
 
 // queue returns the queue for key, creating it.
-func (l *lane) queue(key domain.LaneKey) *queue {
+func (l *lane) queue(key domain.QueueKey) *queue {
 	q := l.queues[key]
 	if q == nil {
 		q = &queue{key: key, inMem: make(map[int64]struct{}), avoid: make(map[int64]string), stale: true}
@@ -273,7 +273,7 @@ func (l *lane) queue(key domain.LaneKey) *queue {
 func (l *lane) applySignals() int64 {
 	l.sigMu.Lock()
 	pending, calls := l.signals, l.sigCalls
-	l.signals, l.sigCalls = make(map[domain.LaneKey]laneSignal), 0
+	l.signals, l.sigCalls = make(map[domain.QueueKey]laneSignal), 0
 	l.sigMu.Unlock()
 	for key, s := range pending {
 		floor := s.floor
@@ -287,7 +287,7 @@ func (l *lane) applySignals() int64 {
 
 // fetchResult is a page read from the store for one queue.
 type fetchResult struct {
-	queue domain.LaneKey
+	queue domain.QueueKey
 	limit int
 	jobs  []*domain.Job
 	err   error
@@ -302,13 +302,13 @@ func (l *lane) fetch(ctx context.Context, q *queue, now time.Time) {
 		return
 	}
 	q.fetching, q.refetch, q.pendingFloor = true, false, math.MaxInt64
-	p := &ports.ListReadyParams{Lane: q.key, AfterSeq: q.cursor, Limit: limit, Now: now}
+	p := &ports.ListReadyParams{Queue: q.key, AfterSeq: q.cursor, Limit: limit, Now: now}
 	l.fetchWG.Add(1)
 	go func() {
 		defer l.fetchWG.Done()
 		jobs, err := l.d.cfg.Store.ListReady(ctx, p)
 		select {
-		case l.fetches <- &fetchResult{queue: p.Lane, limit: limit, jobs: jobs, err: err}:
+		case l.fetches <- &fetchResult{queue: p.Queue, limit: limit, jobs: jobs, err: err}:
 		case <-l.quit:
 		}
 	}()
@@ -591,7 +591,7 @@ func (l *lane) deactivate() {
 
 // observation is a response the lane did not send itself.
 type observation struct {
-	queue   domain.LaneKey
+	queue   domain.QueueKey
 	status  int
 	signals pacing.Signals
 }
@@ -665,7 +665,7 @@ func (l *lane) publishStats(now time.Time) {
 // an offer at or below fetched was already read, and an offer the queue
 // cannot take lowers cursor so the next read finds it.
 type queue struct {
-	key      domain.LaneKey
+	key      domain.QueueKey
 	window   []*domain.Job      // ready work, FIFO
 	delayed  delayHeap          // work waiting out a retry backoff or a deferral
 	inMem    map[int64]struct{} // ReadySeq of work in the window, delayed or running

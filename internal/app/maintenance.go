@@ -112,7 +112,7 @@ func (s *Service) sweep(ctx context.Context) {
 	}
 	for _, j := range reset {
 		log.Warn("job was in flight too long; requeued", zap.String("job_id", string(j.ID)))
-		s.d.notify(j.ReadyLane, true)
+		s.d.notify(j.ReadyQueue, true)
 	}
 }
 
@@ -140,7 +140,7 @@ func (s *Service) publishPositions(ctx context.Context) {
 // adoptOrphans wakes the lanes holding work whose owner stopped renewing its
 // claim (a crashed peer sharing the store), so this process takes it over.
 func (s *Service) adoptOrphans(ctx context.Context) {
-	lanes, err := s.cfg.Store.OrphanedLanes(ctx)
+	lanes, err := s.cfg.Store.OrphanedQueues(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("looking for orphaned work failed", zap.Error(err))

@@ -296,7 +296,7 @@ func (s *Service) proxyQueue(ctx context.Context, job *domain.Job, reason string
 	s.d.offer(stored)
 	s.recordFallback(stored, reason)
 	return &ProxyResult{Job: stored, Fallback: true, Reason: reason, UpstreamStatus: upstreamStatus, Sub: sub,
-		Load: s.load.report(s.d.flowRate(stored.Lane.Upstream()))}, nil
+		Load: s.load.report(s.d.flowRate(stored.Queue.Upstream()))}, nil
 }
 
 func (s *Service) recordFallback(j *domain.Job, reason string) {
@@ -372,7 +372,7 @@ func (s *Service) proxyDirect(ctx context.Context, job *domain.Job) (*ProxyResul
 			cooldown = time.Duration(float64(sig.RetryAfter) * cfg.BreakerMultiplier)
 		}
 		s.proxy.trip(upstream, now.Add(cooldown), FallbackOverloaded, now)
-		s.d.observe(job.Lane, resp.StatusCode, sig)
+		s.d.observe(job.Queue, resp.StatusCode, sig)
 		return s.proxyRelease(ctx, job, FallbackOverloaded, resp.StatusCode)
 	}
 	if queueActive(resp.Header) {

@@ -107,7 +107,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover in-flight jobs: %w", err)
 	}
-	lanes, err := s.cfg.Store.ReadyLanes(ctx)
+	lanes, err := s.cfg.Store.ReadyQueues(ctx)
 	if err != nil {
 		return fmt.Errorf("list lanes with waiting work: %w", err)
 	}
@@ -239,9 +239,9 @@ func (s *Service) prepare(ctx context.Context, req *domain.JobRequest) (*domain.
 	case domain.AccountQueueDisabled:
 		s.modes.Store(upstream, false)
 	}
-	lane := domain.SharedLane(upstream)
+	lane := domain.SharedQueue(upstream)
 	if on, _ := s.modes.Load(upstream); on == true {
-		lane = domain.TenantLane(upstream, domain.TenantOf(req.UserID, req.Headers))
+		lane = domain.TenantQueue(upstream, domain.TenantOf(req.UserID, req.Headers))
 	}
 	if _, capped := s.tenants.rateFor(tenant, upstream); capped {
 		lane = tenantQueue(upstream, tenant) // its own queue, paced by its cap
@@ -301,7 +301,7 @@ func (s *Service) result(j *domain.Job, duplicate bool) *EnqueueResult {
 		status = domain.StatusInFlight
 	}
 	return &EnqueueResult{JobID: j.ID, Status: status, Duplicate: duplicate,
-		Load: s.load.report(s.d.flowRate(j.Lane.Upstream()))}
+		Load: s.load.report(s.d.flowRate(j.Queue.Upstream()))}
 }
 
 // AccountQueues reports whether upstream is in account-queue mode.
@@ -312,11 +312,11 @@ func (s *Service) AccountQueues(upstream domain.UpstreamKey) bool {
 
 // Position returns j's 1-based place among the work waiting in its queue.
 func (s *Service) Position(ctx context.Context, j *domain.Job) (int, error) {
-	n, err := s.cfg.Store.Position(ctx, j.ReadyLane, j.ReadySeq)
+	n, err := s.cfg.Store.Position(ctx, j.ReadyQueue, j.ReadySeq)
 	if err != nil {
 		return 0, storeErr("job position", err)
 	}
-	return max(n-s.d.executingAhead(j.ReadyLane, j.ReadySeq), 0) + 1, nil
+	return max(n-s.d.executingAhead(j.ReadyQueue, j.ReadySeq), 0) + 1, nil
 }
 
 // Get returns a job, or domain.ErrNotFound.
@@ -374,7 +374,7 @@ func (s *Service) Cancel(ctx context.Context, id domain.JobID) (*domain.Job, err
 	if conflict := cancelConflict(j); conflict != nil {
 		return nil, conflict
 	}
-	if holder := s.d.heldElsewhere(j.Lane.Upstream()); holder != "" {
+	if holder := s.d.heldElsewhere(j.Queue.Upstream()); holder != "" {
 		// Only the process dispatching the lane can keep the job from being
 		// sent; cancelling here could race with it.
 		return nil, &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf(

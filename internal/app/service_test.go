@@ -286,7 +286,7 @@ func TestStartRecoversQueuedAndInFlightJobsInOrder(t *testing.T) {
 	gen := domain.NewIDGenerator(nil)
 	var ids []domain.JobID
 	for i := range 6 {
-		j := domain.NewJob(gen.New(), req(fmt.Sprintf("r%d", i), up.URL), domain.SharedLane(u), time.Now())
+		j := domain.NewJob(gen.New(), req(fmt.Sprintf("r%d", i), up.URL), domain.SharedQueue(u), time.Now())
 		stored, _, err := store.Insert(t.Context(), j)
 		if err != nil {
 			t.Fatal(err)
@@ -494,14 +494,14 @@ func TestSweepPurgesExpiredAndRequeuesStale(t *testing.T) {
 	u, _ := domain.UpstreamOf(up.URL)
 	gen := domain.NewIDGenerator(nil)
 	// An expired row…
-	old := domain.NewJob(gen.New(), req("old", up.URL), domain.SharedLane(u), time.Now().Add(-25*time.Hour))
+	old := domain.NewJob(gen.New(), req("old", up.URL), domain.SharedQueue(u), time.Now().Add(-25*time.Hour))
 	old.ExpiresAt = time.Now().Add(-time.Hour)
 	old.Status = domain.StatusCompleted
 	if _, _, err := b.store.Insert(t.Context(), old); err != nil {
 		t.Fatal(err)
 	}
 	// …and one stuck in flight for ten minutes that no attempt is running.
-	stuck := domain.NewJob(gen.New(), req("stuck", up.URL), domain.SharedLane(u), time.Now())
+	stuck := domain.NewJob(gen.New(), req("stuck", up.URL), domain.SharedQueue(u), time.Now())
 	stuck.Status = domain.StatusInFlight
 	stuck.DispatchedAt = time.Now().Add(-10 * time.Minute)
 	if _, _, err := b.store.Insert(t.Context(), stuck); err != nil {

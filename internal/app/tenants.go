@@ -197,13 +197,13 @@ func visible(ctx context.Context, j *domain.Job) bool {
 
 // tenantQueue is the store lane of a tenant's jobs to u when the tenant has
 // its own cap there: its own queue, paced by the cap inside the lane.
-func tenantQueue(u domain.UpstreamKey, tenant string) domain.LaneKey {
-	return domain.TenantLane(u, "@"+tenant)
+func tenantQueue(u domain.UpstreamKey, tenant string) domain.QueueKey {
+	return domain.TenantQueue(u, "@"+tenant)
 }
 
 // queueCap returns the pace cap of a store lane that is a capped tenant's
 // queue.
-func (d *dispatcher) queueCap(key domain.LaneKey) (domain.Rate, bool) {
+func (d *dispatcher) queueCap(key domain.QueueKey) (domain.Rate, bool) {
 	if d.tenants == nil {
 		return domain.Rate{}, false
 	}

@@ -87,7 +87,7 @@ type Job struct {
 	Headers       map[string]string
 	Body          []byte
 	WebhookURL    string
-	Lane          LaneKey // where the request is dispatched (upstream, or tenant of it)
+	Queue         QueueKey // where the request is dispatched (upstream, or tenant of it)
 	Status        Status
 	Attempts      int
 	Deferrals     int // times the destination said "come back later" (429) in the current phase
@@ -97,12 +97,12 @@ type Job struct {
 	ExpiresAt     time.Time
 	Result        *Result // set once the job is terminal
 
-	// ReadyLane is the lane whose queue holds the job's next action (Lane
-	// while it waits for dispatch, the receiver's lane while its result waits
-	// for delivery), or "" when nothing is left to do. ReadySeq orders it in
+	// ReadyQueue is the queue that holds the job's next action (Queue while
+	// it waits for dispatch, the receiver's shared queue while its result
+	// waits for delivery), or "" when nothing is left to do. ReadySeq orders it in
 	// that queue: it is assigned at commit, so a later commit has a larger one.
-	ReadyLane LaneKey
-	ReadySeq  int64
+	ReadyQueue QueueKey
+	ReadySeq   int64
 
 	// Delivery is set once a job with a webhook_url is terminal.
 	Delivery *Delivery

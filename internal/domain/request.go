@@ -203,7 +203,7 @@ func ValidateHeaders(field string, h map[string]string) error {
 }
 
 // NewJob builds a queued forward job from a validated request.
-func NewJob(id JobID, r *JobRequest, lane LaneKey, now time.Time) *Job {
+func NewJob(id JobID, r *JobRequest, lane QueueKey, now time.Time) *Job {
 	var headers map[string]string
 	if len(r.Headers) > 0 {
 		headers = make(map[string]string, len(r.Headers))
@@ -225,8 +225,8 @@ func NewJob(id JobID, r *JobRequest, lane LaneKey, now time.Time) *Job {
 		Headers:       headers,
 		Body:          body,
 		WebhookURL:    r.WebhookURL,
-		Lane:          lane,
-		ReadyLane:     lane,
+		Queue:         lane,
+		ReadyQueue:    lane,
 		Status:        StatusQueued,
 		CreatedAt:     now,
 		UpdatedAt:     now,

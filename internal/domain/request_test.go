@@ -385,7 +385,7 @@ func TestNewJob(t *testing.T) {
 	if err := r.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	lane := domain.TenantLane("https://api.example.com:443", "t1")
+	lane := domain.TenantQueue("https://api.example.com:443", "t1")
 	j := domain.NewJob("0123456789abcdef0123456789abcdef", &r, lane, now)
 
 	want := &domain.Job{
@@ -397,8 +397,8 @@ func TestNewJob(t *testing.T) {
 		Headers:       map[string]string{"Content-Type": "application/json"},
 		Body:          []byte(`{"a":1}`),
 		WebhookURL:    "https://hooks.example.com/cb",
-		Lane:          lane,
-		ReadyLane:     lane,
+		Queue:         lane,
+		ReadyQueue:    lane,
 		Status:        domain.StatusQueued,
 		CreatedAt:     now,
 		UpdatedAt:     now,
@@ -418,7 +418,7 @@ func TestNewJob(t *testing.T) {
 	}
 
 	empty := domain.JobRequest{UserID: "u", IdempotentKey: "k", PoolID: "p", Headers: map[string]string{}}
-	ej := domain.NewJob("id", &empty, domain.SharedLane(domain.PoolUpstream("p")), now)
+	ej := domain.NewJob("id", &empty, domain.SharedQueue(domain.PoolUpstream("p")), now)
 	if ej.Headers != nil {
 		t.Errorf("empty headers should become nil, got %#v", ej.Headers)
 	}
@@ -511,10 +511,10 @@ func TestJobCloneIsDeep(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	orig := &domain.Job{
-		ID: "0123456789abcdef0123456789abcdef", Seq: 7, ReadySeq: 9, ReadyLane: "https://h.com:443",
+		ID: "0123456789abcdef0123456789abcdef", Seq: 7, ReadySeq: 9, ReadyQueue: "https://h.com:443",
 		UserID: "u", IdempotentKey: "k", URL: "https://x.com/", Method: "POST",
 		Headers: map[string]string{"A": "1", "B": "2"}, Body: []byte("body"),
-		WebhookURL: "https://h.com/", Lane: "https://x.com:443", Status: domain.StatusCompleted,
+		WebhookURL: "https://h.com/", Queue: "https://x.com:443", Status: domain.StatusCompleted,
 		Attempts: 3, CreatedAt: now, UpdatedAt: now.Add(time.Second), DispatchedAt: now.Add(time.Millisecond),
 		ExpiresAt: now.Add(time.Hour),
 		Result:    &domain.Result{ResponseStatus: 200, Body: []byte("resp"), BodyTruncated: true, ContentType: "text/plain", Reason: "r"},

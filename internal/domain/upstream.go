@@ -77,21 +77,24 @@ func (k UpstreamKey) PoolID() string {
 	return id
 }
 
-// LaneKey identifies one paced dispatch queue: an upstream, optionally split
-// per tenant ("<upstream>|<tenant hash>") when account queues are on.
-type LaneKey string
+// QueueKey identifies one queue of waiting work: an upstream's shared
+// queue, or one tenant's queue of it ("<upstream>|<tenant hash>") when
+// account queues are on. The lane of an upstream (the unit that paces
+// everything sent there) serves all of its queues; "lane" always means that
+// per-upstream unit, "queue" one of these keys.
+type QueueKey string
 
-// SharedLane returns the lane every job to upstream joins when account
+// SharedQueue returns the queue every job to upstream joins when account
 // queues are off.
-func SharedLane(u UpstreamKey) LaneKey { return LaneKey(u) }
+func SharedQueue(u UpstreamKey) QueueKey { return QueueKey(u) }
 
-// TenantLane returns the lane of one tenant of upstream.
-func TenantLane(u UpstreamKey, tenant string) LaneKey {
-	return LaneKey(string(u) + "|" + tenant)
+// TenantQueue returns the queue of one tenant of upstream.
+func TenantQueue(u UpstreamKey, tenant string) QueueKey {
+	return QueueKey(string(u) + "|" + tenant)
 }
 
-// Upstream returns the upstream part of the lane key.
-func (l LaneKey) Upstream() UpstreamKey {
+// Upstream returns the upstream part of the key: whose lane serves it.
+func (l QueueKey) Upstream() UpstreamKey {
 	s := string(l)
 	if i := strings.LastIndexByte(s, '|'); i >= 0 {
 		return UpstreamKey(s[:i])
@@ -99,8 +102,8 @@ func (l LaneKey) Upstream() UpstreamKey {
 	return UpstreamKey(s)
 }
 
-// Tenant returns the tenant part of the key, or "" for a shared lane.
-func (l LaneKey) Tenant() string {
+// Tenant returns the tenant part of the key, or "" for a shared queue.
+func (l QueueKey) Tenant() string {
 	s := string(l)
 	if i := strings.LastIndexByte(s, '|'); i >= 0 {
 		return s[i+1:]

@@ -154,23 +154,23 @@ func TestJobUpstream(t *testing.T) {
 	}
 }
 
-func TestLaneKeys(t *testing.T) {
+func TestQueueKeys(t *testing.T) {
 	t.Parallel()
 	ipv6, _ := domain.UpstreamOf("http://[::1]:8080/")
 	tests := []struct {
 		name     string
-		lane     domain.LaneKey
-		want     domain.LaneKey
+		lane     domain.QueueKey
+		want     domain.QueueKey
 		upstream domain.UpstreamKey
 		tenant   string
 	}{
-		{"shared url", domain.SharedLane("https://api.example.com:443"), "https://api.example.com:443", "https://api.example.com:443", ""},
-		{"tenant url", domain.TenantLane("https://api.example.com:443", "ab12cd"), "https://api.example.com:443|ab12cd", "https://api.example.com:443", "ab12cd"},
-		{"shared pool", domain.SharedLane(domain.PoolUpstream("p")), "pool:p", "pool:p", ""},
-		{"tenant pool", domain.TenantLane(domain.PoolUpstream("p"), "t"), "pool:p|t", "pool:p", "t"},
-		{"shared ipv6", domain.SharedLane(ipv6), "http://[::1]:8080", "http://[::1]:8080", ""},
-		{"tenant ipv6", domain.TenantLane(ipv6, "0f"), "http://[::1]:8080|0f", "http://[::1]:8080", "0f"},
-		{"empty tenant", domain.TenantLane("pool:p", ""), "pool:p|", "pool:p", ""},
+		{"shared url", domain.SharedQueue("https://api.example.com:443"), "https://api.example.com:443", "https://api.example.com:443", ""},
+		{"tenant url", domain.TenantQueue("https://api.example.com:443", "ab12cd"), "https://api.example.com:443|ab12cd", "https://api.example.com:443", "ab12cd"},
+		{"shared pool", domain.SharedQueue(domain.PoolUpstream("p")), "pool:p", "pool:p", ""},
+		{"tenant pool", domain.TenantQueue(domain.PoolUpstream("p"), "t"), "pool:p|t", "pool:p", "t"},
+		{"shared ipv6", domain.SharedQueue(ipv6), "http://[::1]:8080", "http://[::1]:8080", ""},
+		{"tenant ipv6", domain.TenantQueue(ipv6, "0f"), "http://[::1]:8080|0f", "http://[::1]:8080", "0f"},
+		{"empty tenant", domain.TenantQueue("pool:p", ""), "pool:p|", "pool:p", ""},
 	}
 	for _, tc := range tests {
 		if tc.lane != tc.want {
@@ -183,10 +183,10 @@ func TestLaneKeys(t *testing.T) {
 			t.Errorf("%s: Tenant() = %q, want %q", tc.name, got, tc.tenant)
 		}
 	}
-	if domain.SharedLane("pool:p") == domain.TenantLane("pool:p", "t") {
+	if domain.SharedQueue("pool:p") == domain.TenantQueue("pool:p", "t") {
 		t.Error("shared and tenant lanes of one upstream collide")
 	}
-	if domain.TenantLane("pool:p", "a") == domain.TenantLane("pool:p", "b") {
+	if domain.TenantQueue("pool:p", "a") == domain.TenantQueue("pool:p", "b") {
 		t.Error("tenant lanes of different tenants collide")
 	}
 }

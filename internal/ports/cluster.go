@@ -118,7 +118,7 @@ type ClusterMessage struct {
 
 // WorkNotice is ready work in a store lane.
 type WorkNotice struct {
-	Lane     domain.LaneKey
+	Queue    domain.QueueKey
 	ReadySeq int64
 }
 

@@ -40,9 +40,9 @@ type JobStore interface {
 	// duplicate without writing anything.
 	Lookup(ctx context.Context, userID, idempotentKey string) (*domain.Job, error)
 
-	// Position returns how many jobs wait in lane ahead of readySeq (not
+	// Position returns how many jobs wait in queue ahead of readySeq (not
 	// counting jobs recorded as in_flight).
-	Position(ctx context.Context, lane domain.LaneKey, readySeq int64) (int, error)
+	Position(ctx context.Context, queue domain.QueueKey, readySeq int64) (int, error)
 
 	// Delete removes the job and its idempotency key (so the key can be used
 	// again at once). ErrNotFound if there is no such job.
@@ -64,7 +64,7 @@ type JobStore interface {
 
 	// Finish records a terminal status and result. If p.DeliverIn is set, the
 	// job's result becomes due for delivery in that lane in the same
-	// transaction (Delivery pending, ReadyLane = p.DeliverIn, a new
+	// transaction (Delivery pending, ReadyQueue = p.DeliverIn, a new
 	// ReadySeq), which it returns. Finishing a job that is already terminal
 	// overwrites its result but never enqueues a second delivery.
 	// ErrNotFound if the job is gone (expired and purged).
@@ -79,16 +79,16 @@ type JobStore interface {
 	// as in_flight are not waiting and are left out.
 	ListReady(ctx context.Context, p *ListReadyParams) ([]*domain.Job, error)
 
-	// ReadyLanes returns every lane that has at least one job waiting in it.
-	ReadyLanes(ctx context.Context) ([]domain.LaneKey, error)
+	// ReadyQueues returns every lane that has at least one job waiting in it.
+	ReadyQueues(ctx context.Context) ([]domain.QueueKey, error)
 
-	// OrphanedLanes returns the lanes holding ready work that no live process
+	// OrphanedQueues returns the lanes holding ready work that no live process
 	// owns. A store shared by several processes (Postgres) gives each ready
 	// job an owner — the process that inserted or read it — for a lease it
 	// renews; when an owner stops renewing, its work becomes orphaned and
 	// any process may take it over by reading it (ListReady claims what it
 	// returns). A store only one process can open returns none.
-	OrphanedLanes(ctx context.Context) ([]domain.LaneKey, error)
+	OrphanedQueues(ctx context.Context) ([]domain.QueueKey, error)
 
 	// RecoverInFlight sets every in_flight job back to queued and returns how
 	// many it changed. Called once at start-up, before any dispatch.
@@ -143,7 +143,7 @@ type FinishParams struct {
 	Attempts  int
 	Result    *domain.Result
 	Now       time.Time
-	DeliverIn domain.LaneKey // the webhook receiver's lane, or "" when the job has no webhook
+	DeliverIn domain.QueueKey // the webhook receiver's lane, or "" when the job has no webhook
 }
 
 // FinishDeliveryParams are the arguments of JobStore.FinishDelivery.
@@ -159,7 +159,7 @@ type FinishDeliveryParams struct {
 
 // ListReadyParams are the arguments of JobStore.ListReady.
 type ListReadyParams struct {
-	Lane     domain.LaneKey
+	Queue    domain.QueueKey
 	AfterSeq int64
 	Limit    int
 	Now      time.Time

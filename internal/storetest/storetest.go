@@ -28,7 +28,7 @@ func NewJob(user, key, lane string) *domain.Job {
 		UserID: user, IdempotentKey: key, URL: "http://" + lane + "/x", Method: "POST",
 		Headers: map[string]string{"Content-Type": "application/json", "Authorization": "Bearer t"},
 		Body:    `{"n":1}`, WebhookURL: "http://hooks.test/h",
-	}, domain.LaneKey(lane), now)
+	}, domain.QueueKey(lane), now)
 }
 
 // Exercise runs the whole contract against stores made by newStore.
@@ -50,7 +50,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		{"FinishUnknown", testFinishUnknown},
 		{"ListReadyIsCommitOrderedPaging", testListReady},
 		{"SeqFollowsCommitOrder", testSeqCommitOrder},
-		{"ReadyLanes", testReadyLanes},
+		{"ReadyQueues", testReadyQueues},
 		{"OwnWorkIsNotOrphaned", testNotOrphaned},
 		{"RecoverInFlight", testRecoverInFlight},
 		{"ResetStale", testResetStale},
@@ -105,7 +105,7 @@ func testInsertAndGet(t *testing.T, s ports.JobStore) {
 	mustInsert(t, s, j)
 	got := mustGet(t, s, j.ID)
 	if got.UserID != "u1" || got.IdempotentKey != "k1" || got.PoolID != "readers" || got.Method != "POST" ||
-		got.Status != domain.StatusQueued || got.Lane != "a.test:80" || got.ReadyLane != "a.test:80" ||
+		got.Status != domain.StatusQueued || got.Queue != "a.test:80" || got.ReadyQueue != "a.test:80" ||
 		got.ReadySeq != got.Seq || got.Delivery != nil ||
 		got.WebhookURL != "http://hooks.test/h" || string(got.Body) != `{"n":1}` ||
 		got.Headers["Authorization"] != "Bearer t" || got.CreatedAt.UnixMilli() != j.CreatedAt.UnixMilli() {
@@ -269,7 +269,7 @@ func testMarkInFlightAndRequeue(t *testing.T, s ports.JobStore) {
 
 func ready(t *testing.T, s ports.JobStore, lane string) []*domain.Job {
 	t.Helper()
-	jobs, err := s.ListReady(ctx(t), &ports.ListReadyParams{Lane: domain.LaneKey(lane), Limit: 100, Now: time.Now()})
+	jobs, err := s.ListReady(ctx(t), &ports.ListReadyParams{Queue: domain.QueueKey(lane), Limit: 100, Now: time.Now()})
 	if err != nil {
 		t.Fatalf("ListReady(%s): %v", lane, err)
 	}
@@ -290,9 +290,9 @@ func testFinishWithDelivery(t *testing.T, s ports.JobStore) {
 		got.Result.ContentType != "text/plain" {
 		t.Fatalf("finished job = %+v result %+v", got, got.Result)
 	}
-	if got.Phase() != domain.PhaseDeliver || got.ReadyLane != "hooks.test:80" || got.ReadySeq != readySeq ||
+	if got.Phase() != domain.PhaseDeliver || got.ReadyQueue != "hooks.test:80" || got.ReadySeq != readySeq ||
 		got.Delivery.Status != domain.DeliveryPending {
-		t.Fatalf("finished job delivery: phase %v lane %q seq %d delivery %+v", got.Phase(), got.ReadyLane, got.ReadySeq, got.Delivery)
+		t.Fatalf("finished job delivery: phase %v lane %q seq %d delivery %+v", got.Phase(), got.ReadyQueue, got.ReadySeq, got.Delivery)
 	}
 	if !got.ExpiresAt.After(time.Now().Add(domain.QueuedTTL - time.Minute)) {
 		t.Fatalf("expiry %v does not leave a day to deliver", got.ExpiresAt)
@@ -324,9 +324,9 @@ func testFinishWithDelivery(t *testing.T, s ports.JobStore) {
 		t.Fatalf("FinishDelivery: %v", err)
 	}
 	got = mustGet(t, s, j.ID)
-	if got.Phase() != domain.PhaseNone || got.ReadyLane != "" || got.Delivery.Status != domain.DeliveryDelivered ||
+	if got.Phase() != domain.PhaseNone || got.ReadyQueue != "" || got.Delivery.Status != domain.DeliveryDelivered ||
 		got.Delivery.Attempts != 2 || got.Delivery.ResponseStatus != 204 {
-		t.Fatalf("after delivery: phase %v lane %q delivery %+v", got.Phase(), got.ReadyLane, got.Delivery)
+		t.Fatalf("after delivery: phase %v lane %q delivery %+v", got.Phase(), got.ReadyQueue, got.Delivery)
 	}
 	if got.ExpiresAt.After(time.Now().Add(domain.CompletedTTL + time.Minute)) {
 		t.Fatalf("expiry %v not reset to the completed TTL after delivery", got.ExpiresAt)
@@ -351,7 +351,7 @@ func testFinishWithoutWebhook(t *testing.T, s ports.JobStore) {
 	}
 	got := mustGet(t, s, j.ID)
 	if got.Status != domain.StatusFailed || got.Result.Reason != "upstream returned 503" || got.Delivery != nil ||
-		got.ReadyLane != "" || got.Phase() != domain.PhaseNone {
+		got.ReadyQueue != "" || got.Phase() != domain.PhaseNone {
 		t.Fatalf("failed job = %+v %+v", got, got.Result)
 	}
 	if got.ExpiresAt.After(time.Now().Add(domain.FailedTTL + time.Minute)) {
@@ -383,7 +383,7 @@ func testListReady(t *testing.T, s ports.JobStore) {
 		t.Fatal(err)
 	}
 	flush(t, s)
-	p := &ports.ListReadyParams{Lane: "a.test:80", Limit: 3, Now: time.Now()}
+	p := &ports.ListReadyParams{Queue: "a.test:80", Limit: 3, Now: time.Now()}
 	var got []domain.JobID
 	for {
 		page, err := s.ListReady(ctx(t), p)
@@ -397,8 +397,8 @@ func testListReady(t *testing.T, s ports.JobStore) {
 			t.Fatalf("page of %d, limit 3", len(page))
 		}
 		for _, j := range page {
-			if j.ReadyLane != "a.test:80" || j.Status != domain.StatusQueued {
-				t.Fatalf("ListReady returned %s in lane %s status %s", j.ID, j.ReadyLane, j.Status)
+			if j.ReadyQueue != "a.test:80" || j.Status != domain.StatusQueued {
+				t.Fatalf("ListReady returned %s in lane %s status %s", j.ID, j.ReadyQueue, j.Status)
 			}
 			got = append(got, j.ID)
 			p.AfterSeq = j.ReadySeq
@@ -432,7 +432,7 @@ func testSeqCommitOrder(t *testing.T, s ports.JobStore) {
 	}
 }
 
-func testReadyLanes(t *testing.T, s ports.JobStore) {
+func testReadyQueues(t *testing.T, s ports.JobStore) {
 	mustInsert(t, s, NewJob("u", "1", "a.test:80"))
 	mustInsert(t, s, NewJob("u", "2", "a.test:80"))
 	b := mustInsert(t, s, NewJob("u", "3", "b.test:80"))
@@ -443,13 +443,13 @@ func testReadyLanes(t *testing.T, s ports.JobStore) {
 	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: c.ID, Status: domain.StatusCompleted, Now: time.Now(), DeliverIn: "hooks.test:80"}); err != nil {
 		t.Fatal(err)
 	}
-	lanes, err := s.ReadyLanes(ctx(t))
+	lanes, err := s.ReadyQueues(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sort.Slice(lanes, func(i, j int) bool { return lanes[i] < lanes[j] })
 	if fmt.Sprint(lanes) != "[a.test:80 hooks.test:80]" {
-		t.Fatalf("ReadyLanes = %v, want [a.test:80 hooks.test:80]", lanes)
+		t.Fatalf("ReadyQueues = %v, want [a.test:80 hooks.test:80]", lanes)
 	}
 }
 
@@ -633,9 +633,9 @@ func testDeferrals(t *testing.T, s ports.JobStore) {
 
 func testNotOrphaned(t *testing.T, s ports.JobStore) {
 	mustInsert(t, s, NewJob("u", "mine", "a.test:80"))
-	lanes, err := s.OrphanedLanes(ctx(t))
+	lanes, err := s.OrphanedQueues(ctx(t))
 	if err != nil || len(lanes) != 0 {
-		t.Fatalf("OrphanedLanes = %v, %v; a job this store just took is not orphaned", lanes, err)
+		t.Fatalf("OrphanedQueues = %v, %v; a job this store just took is not orphaned", lanes, err)
 	}
 }
 

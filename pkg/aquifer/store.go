@@ -55,10 +55,10 @@ type (
 	LedgerEntry          = ports.LedgerEntry
 )
 
-// LaneKey names the queue a job waits in (Job.Lane, Job.ReadyLane): a
+// QueueKey names the queue a job waits in (Job.Queue, Job.ReadyQueue): a
 // destination's scheme://host:port or pool, optionally split per tenant.
 // Stores treat it as an opaque string.
-type LaneKey = domain.LaneKey
+type QueueKey = domain.QueueKey
 
 // Phase is what a job's next action is (Job.Phase): dispatch its request,
 // deliver its result, or nothing.

@@ -119,7 +119,7 @@ func (s *Store) Lookup(_ context.Context, userID, idempotentKey string) (*domain
 }
 
 // Position implements ports.JobStore.
-func (s *Store) Position(_ context.Context, lane domain.LaneKey, readySeq int64) (int, error) {
+func (s *Store) Position(_ context.Context, lane domain.QueueKey, readySeq int64) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
@@ -127,7 +127,7 @@ func (s *Store) Position(_ context.Context, lane domain.LaneKey, readySeq int64)
 	}
 	n, now := 0, s.now()
 	for _, j := range s.jobs {
-		if j.ReadyLane == lane && j.ReadySeq < readySeq && j.Status != domain.StatusInFlight && !j.Expired(now) {
+		if j.ReadyQueue == lane && j.ReadySeq < readySeq && j.Status != domain.StatusInFlight && !j.Expired(now) {
 			n++
 		}
 	}
@@ -208,11 +208,11 @@ func (s *Store) Finish(_ context.Context, p *ports.FinishParams) (int64, error) 
 	}
 	j.Result = &r
 	if p.DeliverIn == "" {
-		j.ReadyLane, j.ExpiresAt = "", p.Now.Add(domain.TTL(p.Status))
+		j.ReadyQueue, j.ExpiresAt = "", p.Now.Add(domain.TTL(p.Status))
 		return 0, nil
 	}
 	s.seq++
-	j.ReadyLane, j.ReadySeq = p.DeliverIn, s.seq
+	j.ReadyQueue, j.ReadySeq = p.DeliverIn, s.seq
 	j.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
 	j.ExpiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL))
 	return s.seq, nil
@@ -234,7 +234,7 @@ func (s *Store) FinishDelivery(_ context.Context, p *ports.FinishDeliveryParams)
 		status = domain.DeliveryFailed
 	}
 	j.Delivery = &domain.Delivery{Status: status, Attempts: p.Attempts, ResponseStatus: p.Response, Reason: p.Reason}
-	j.ReadyLane, j.UpdatedAt, j.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
+	j.ReadyQueue, j.UpdatedAt, j.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
 	return nil
 }
 
@@ -247,7 +247,7 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 	}
 	var out []*domain.Job
 	for _, j := range s.jobs {
-		if j.ReadyLane == p.Lane && j.ReadySeq > p.AfterSeq && j.Status != domain.StatusInFlight && !j.Expired(p.Now) {
+		if j.ReadyQueue == p.Queue && j.ReadySeq > p.AfterSeq && j.Status != domain.StatusInFlight && !j.Expired(p.Now) {
 			out = append(out, j)
 		}
 	}
@@ -261,23 +261,23 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 	return out, nil
 }
 
-// OrphanedLanes implements ports.JobStore: only this process uses the
+// OrphanedQueues implements ports.JobStore: only this process uses the
 // store, so nothing is ever orphaned.
-func (s *Store) OrphanedLanes(context.Context) ([]domain.LaneKey, error) { return nil, nil }
+func (s *Store) OrphanedQueues(context.Context) ([]domain.QueueKey, error) { return nil, nil }
 
-// ReadyLanes implements ports.JobStore.
-func (s *Store) ReadyLanes(_ context.Context) ([]domain.LaneKey, error) {
+// ReadyQueues implements ports.JobStore.
+func (s *Store) ReadyQueues(_ context.Context) ([]domain.QueueKey, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	seen := map[domain.LaneKey]bool{}
-	var out []domain.LaneKey
+	seen := map[domain.QueueKey]bool{}
+	var out []domain.QueueKey
 	for _, j := range s.jobs {
-		if j.ReadyLane != "" && !seen[j.ReadyLane] {
-			seen[j.ReadyLane] = true
-			out = append(out, j.ReadyLane)
+		if j.ReadyQueue != "" && !seen[j.ReadyQueue] {
+			seen[j.ReadyQueue] = true
+			out = append(out, j.ReadyQueue)
 		}
 	}
 	return out, nil
@@ -451,7 +451,7 @@ func (s *Store) DeleteFinished(_ context.Context, throughSeq int64, limit int) (
 			break
 		}
 		j := s.jobs[id]
-		if seq <= throughSeq && j.Status.Terminal() && j.ReadyLane == "" {
+		if seq <= throughSeq && j.Status.Terminal() && j.ReadyQueue == "" {
 			s.deleteLocked(j)
 			n++
 		}

@@ -163,7 +163,7 @@ func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(j.Body)))
 	b = binary.AppendUvarint(b, uint64(len(r.Body)))
 	for _, s := range [...]string{string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method,
-		j.WebhookURL, string(j.Lane), string(j.ReadyLane), r.ContentType, r.Reason, d.Reason} {
+		j.WebhookURL, string(j.Queue), string(j.ReadyQueue), r.ContentType, r.Reason, d.Reason} {
 		b = appendString(b, s)
 	}
 	b = binary.AppendUvarint(b, uint64(len(j.Headers)))
@@ -281,7 +281,7 @@ func decodeJob(val []byte) (*domain.Job, error) {
 	if r.bad || r.off != bodyStart || !okStatus {
 		return nil, errCorrupt
 	}
-	j.ID, j.Lane, j.ReadyLane, j.Status = domain.JobID(id), domain.LaneKey(lane), domain.LaneKey(readyLane), status
+	j.ID, j.Queue, j.ReadyQueue, j.Status = domain.JobID(id), domain.QueueKey(lane), domain.QueueKey(readyLane), status
 	j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = fromMS(created), fromMS(updated), fromMS(dispatched), fromMS(expires)
 	if flags&flagBody != 0 {
 		j.Body = append(make([]byte, 0, bodyLen), val[bodyStart:bodyStart+int(bodyLen)]...)

@@ -51,7 +51,7 @@
 //
 // # Reads
 //
-// Get, Lookup, ListReady, Position, ReadyLanes and Counts read the database
+// Get, Lookup, ListReady, Position, ReadyQueues and Counts read the database
 // directly with point lookups and bounded iterators, never through the writer.
 // Position and Counts read only the ready index, never a record. The Seq hints
 // in ports' parameter structs are not needed: records are keyed by job id.
@@ -82,7 +82,7 @@
 // deletes that job and takes the key.
 //
 // r/ is the ready index: one entry per job whose next action waits in a lane
-// (Job.ReadyLane != ""), ordered within the lane by ReadySeq. The state byte
+// (Job.ReadyQueue != ""), ordered within the lane by ReadySeq. The state byte
 // is 'q' (queued for dispatch), 'f' (in flight: not waiting, skipped by
 // ListReady, Position and Counts) or 'd' (result waiting for webhook
 // delivery). The entry carries the job's expiry (0 for none) so Position and

@@ -22,11 +22,11 @@ func fullJob() *domain.Job {
 		URL: "https://api.example.test/v1/x?q=1", PoolID: "readers", Method: "PATCH",
 		Headers: map[string]string{"Content-Type": "application/json", "X-Empty": "", "": "empty name"},
 		Body:    []byte{0, 1, 2, 0xff, 0xfe}, WebhookURL: "https://hooks.example.test/h",
-		Lane: "api.example.test:443|tenant\x00x", Status: domain.StatusCompleted, Attempts: 7, Deferrals: 3,
+		Queue: "api.example.test:443|tenant\x00x", Status: domain.StatusCompleted, Attempts: 7, Deferrals: 3,
 		CreatedAt: at, UpdatedAt: at.Add(time.Second), DispatchedAt: at.Add(500 * time.Millisecond), ExpiresAt: at.Add(domain.QueuedTTL),
 		Result: &domain.Result{ResponseStatus: 502, Body: []byte{0xc3, 0x28, 0}, BodyTruncated: true,
 			ContentType: "application/octet-stream", Reason: "upstream returned 502"},
-		ReadyLane: "hooks.example.test:443", ReadySeq: 99,
+		ReadyQueue: "hooks.example.test:443", ReadySeq: 99,
 		Delivery: &domain.Delivery{Status: domain.DeliveryPending, Attempts: 2, ResponseStatus: 503, Reason: "receiver returned 503"},
 	}
 }
@@ -55,14 +55,14 @@ func TestCodecRoundTrip(t *testing.T) {
 		"nil body":       func(j *domain.Job) { j.Body = nil },
 		"empty body":     func(j *domain.Job) { j.Body = []byte{} },
 		"no result, no delivery, queued": func(j *domain.Job) {
-			j.Status, j.Result, j.Delivery, j.ReadyLane = domain.StatusQueued, nil, nil, j.Lane
+			j.Status, j.Result, j.Delivery, j.ReadyQueue = domain.StatusQueued, nil, nil, j.Queue
 		},
 		"in flight":           func(j *domain.Job) { j.Status, j.Result, j.Delivery = domain.StatusInFlight, nil, nil },
 		"result without body": func(j *domain.Job) { j.Result.Body = nil; j.Result.BodyTruncated = false },
 		"result empty body":   func(j *domain.Job) { j.Result.Body = []byte{} },
 		"empty result":        func(j *domain.Job) { j.Result = &domain.Result{} },
 		"failed, delivered": func(j *domain.Job) {
-			j.Status, j.Delivery.Status, j.ReadyLane = domain.StatusFailed, domain.DeliveryDelivered, ""
+			j.Status, j.Delivery.Status, j.ReadyQueue = domain.StatusFailed, domain.DeliveryDelivered, ""
 		},
 		"delivery failed": func(j *domain.Job) { j.Delivery.Status = domain.DeliveryFailed },
 		"zero times": func(j *domain.Job) {
@@ -71,7 +71,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		"before 1970":       func(j *domain.Job) { j.CreatedAt = time.UnixMilli(-86_400_000_123) },
 		"negative counters": func(j *domain.Job) { j.Attempts, j.Deferrals, j.Result.ResponseStatus = -1, -2, -3 },
 		"empty strings": func(j *domain.Job) {
-			j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, j.WebhookURL, j.Lane, j.ReadyLane = "", "", "", "", "", "", "", ""
+			j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, j.WebhookURL, j.Queue, j.ReadyQueue = "", "", "", "", "", "", "", ""
 		},
 		"large body": func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xab}, 1<<20) },
 	}
@@ -165,7 +165,7 @@ func TestKeys(t *testing.T) {
 	if bytes.Equal(idemKey(nil, "a\x01", ""), idemKey(nil, "a", "\x01")) {
 		t.Fatal("user/key boundary is ambiguous")
 	}
-	for _, lane := range []domain.LaneKey{"", "a", "a\x00b", "h.test:80|t", domain.LaneKey(bytes.Repeat([]byte{0xff}, 300))} {
+	for _, lane := range []domain.QueueKey{"", "a", "a\x00b", "h.test:80|t", domain.QueueKey(bytes.Repeat([]byte{0xff}, 300))} {
 		for _, seq := range []int64{0, 1, 1 << 40, 1<<63 - 1} {
 			l, s, ok := parseReadyKey(readyKey(nil, lane, seq))
 			if !ok || string(l) != string(lane) || s != seq {
@@ -174,7 +174,7 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	// A lane's keys never fall inside another lane's range.
-	lanes := []domain.LaneKey{"a", "a\x00", "a\x00b", "ab", "b"}
+	lanes := []domain.QueueKey{"a", "a\x00", "a\x00b", "ab", "b"}
 	for _, x := range lanes {
 		lo, hi := lanePrefix(nil, x), prefixEnd(lanePrefix(nil, x))
 		for _, y := range lanes {

@@ -30,12 +30,12 @@ func idemKey(b []byte, user, key string) []byte {
 }
 
 // lanePrefix is the prefix of every ready-index key of lane.
-func lanePrefix(b []byte, lane domain.LaneKey) []byte {
+func lanePrefix(b []byte, lane domain.QueueKey) []byte {
 	b = binary.AppendUvarint(append(b, prefixReady...), uint64(len(lane)))
 	return append(b, lane...)
 }
 
-func readyKey(b []byte, lane domain.LaneKey, readySeq int64) []byte {
+func readyKey(b []byte, lane domain.QueueKey, readySeq int64) []byte {
 	return binary.BigEndian.AppendUint64(lanePrefix(b, lane), uint64(readySeq))
 }
 

@@ -448,7 +448,7 @@ func (s *Store) DeleteFinished(ctx context.Context, throughSeq int64, limit int)
 			if err != nil {
 				return errors.Join(err, it.Close())
 			}
-			if j.Seq <= throughSeq && j.Status.Terminal() && j.ReadyLane == "" {
+			if j.Seq <= throughSeq && j.Status.Terminal() && j.ReadyQueue == "" {
 				ids = append(ids, j.ID)
 			}
 		}
@@ -523,7 +523,7 @@ func live(j *domain.Job, err error, what string) (*domain.Job, error) {
 
 // Position implements ports.JobStore: it counts ready-index entries of the
 // lane before readySeq that are waiting and unexpired, reading no record.
-func (s *Store) Position(_ context.Context, lane domain.LaneKey, readySeq int64) (int, error) {
+func (s *Store) Position(_ context.Context, lane domain.QueueKey, readySeq int64) (int, error) {
 	n := 0
 	err := s.read(func() error {
 		lower := lanePrefix(nil, lane)
@@ -559,8 +559,8 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 	}
 	var out []*domain.Job
 	err := s.read(func() error {
-		lower := readyKey(nil, p.Lane, max(p.AfterSeq, 0)+1)
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lanePrefix(nil, p.Lane))})
+		lower := readyKey(nil, p.Queue, max(p.AfterSeq, 0)+1)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lanePrefix(nil, p.Queue))})
 		if err != nil {
 			return err
 		}
@@ -577,7 +577,7 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 				return err
 			}
 			// The record may have moved on since the iterator's view.
-			if j == nil || j.ReadyLane != p.Lane || j.ReadySeq != readySeq || j.Status == domain.StatusInFlight || j.Expired(p.Now) {
+			if j == nil || j.ReadyQueue != p.Queue || j.ReadySeq != readySeq || j.Status == domain.StatusInFlight || j.Expired(p.Now) {
 				continue
 			}
 			out = append(out, j)
@@ -590,14 +590,14 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 	return out, nil
 }
 
-// OrphanedLanes implements ports.JobStore: only this process can open the
+// OrphanedQueues implements ports.JobStore: only this process can open the
 // directory, so nothing is ever orphaned.
-func (s *Store) OrphanedLanes(context.Context) ([]domain.LaneKey, error) { return nil, nil }
+func (s *Store) OrphanedQueues(context.Context) ([]domain.QueueKey, error) { return nil, nil }
 
-// ReadyLanes implements ports.JobStore. It visits one ready-index entry per
+// ReadyQueues implements ports.JobStore. It visits one ready-index entry per
 // lane, seeking past the rest of the lane after each.
-func (s *Store) ReadyLanes(context.Context) ([]domain.LaneKey, error) {
-	var lanes []domain.LaneKey
+func (s *Store) ReadyQueues(context.Context) ([]domain.QueueKey, error) {
+	var lanes []domain.QueueKey
 	err := s.read(func() error {
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
 		if err != nil {
@@ -609,8 +609,8 @@ func (s *Store) ReadyLanes(context.Context) ([]domain.LaneKey, error) {
 				ok = it.Next()
 				continue
 			}
-			lanes = append(lanes, domain.LaneKey(lane))
-			next := prefixEnd(lanePrefix(nil, domain.LaneKey(lane)))
+			lanes = append(lanes, domain.QueueKey(lane))
+			next := prefixEnd(lanePrefix(nil, domain.QueueKey(lane)))
 			if next == nil {
 				break
 			}

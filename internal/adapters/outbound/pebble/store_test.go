@@ -86,9 +86,9 @@ func check(t *testing.T, err error) {
 type snapshot struct {
 	Jobs      map[domain.JobID]*domain.Job
 	ByKey     map[string]domain.JobID
-	Ready     map[domain.LaneKey][]domain.JobID
+	Ready     map[domain.QueueKey][]domain.JobID
 	Positions map[domain.JobID]int
-	Lanes     []domain.LaneKey
+	Lanes     []domain.QueueKey
 	Counts    ports.Counts
 }
 
@@ -96,7 +96,7 @@ func take(t *testing.T, s *pebble.Store, ids []domain.JobID) *snapshot {
 	t.Helper()
 	ctx := t.Context()
 	snap := &snapshot{Jobs: map[domain.JobID]*domain.Job{}, ByKey: map[string]domain.JobID{},
-		Ready: map[domain.LaneKey][]domain.JobID{}, Positions: map[domain.JobID]int{}}
+		Ready: map[domain.QueueKey][]domain.JobID{}, Positions: map[domain.JobID]int{}}
 	for _, id := range ids {
 		j, err := s.Get(ctx, id)
 		if errors.Is(err, domain.ErrNotFound) {
@@ -107,18 +107,18 @@ func take(t *testing.T, s *pebble.Store, ids []domain.JobID) *snapshot {
 		byKey, err := s.Lookup(ctx, j.UserID, j.IdempotentKey)
 		check(t, err)
 		snap.ByKey[j.UserID+"\x00"+j.IdempotentKey] = byKey.ID
-		if j.ReadyLane != "" {
-			n, err := s.Position(ctx, j.ReadyLane, j.ReadySeq)
+		if j.ReadyQueue != "" {
+			n, err := s.Position(ctx, j.ReadyQueue, j.ReadySeq)
 			check(t, err)
 			snap.Positions[id] = n
 		}
 	}
-	lanes, err := s.ReadyLanes(ctx)
+	lanes, err := s.ReadyQueues(ctx)
 	check(t, err)
 	sort.Slice(lanes, func(a, b int) bool { return lanes[a] < lanes[b] })
 	snap.Lanes = lanes
 	for _, lane := range lanes {
-		p := &ports.ListReadyParams{Lane: lane, Limit: 2, Now: time.Now()}
+		p := &ports.ListReadyParams{Queue: lane, Limit: 2, Now: time.Now()}
 		for {
 			page, err := s.ListReady(ctx, p)
 			check(t, err)
@@ -425,7 +425,7 @@ func TestResetStaleInBatches(t *testing.T) {
 		t.Fatalf("second ResetStale = %d jobs, %v; want none", len(again), err)
 	}
 	// Ready paging now returns the reset jobs.
-	page, err := s.ListReady(ctx, &ports.ListReadyParams{Lane: "l2.test:80", Limit: 1000, Now: time.Now()})
+	page, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: "l2.test:80", Limit: 1000, Now: time.Now()})
 	check(t, err)
 	if len(page) != 80 {
 		t.Fatalf("lane l2 lists %d ready jobs, want 80", len(page))
@@ -442,7 +442,7 @@ func TestExpiredJobsAreNotWaiting(t *testing.T) {
 	old.ExpiresAt = time.Now().Add(-time.Second)
 	mustInsert(t, s, old)
 	live := mustInsert(t, s, storetest.NewJob("u", "live", "a.test:80"))
-	page, err := s.ListReady(ctx, &ports.ListReadyParams{Lane: "a.test:80", Limit: 10, Now: time.Now()})
+	page, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: "a.test:80", Limit: 10, Now: time.Now()})
 	if err != nil || len(page) != 1 || page[0].ID != live.ID {
 		t.Fatalf("ListReady = %v, %v; want only the live job", page, err)
 	}
@@ -464,23 +464,23 @@ func TestLanesThatShareAPrefix(t *testing.T) {
 	for i, lane := range lanes {
 		for k := range 2 {
 			j := storetest.NewJob("u", fmt.Sprint(i, "-", k), "x.test:80")
-			j.Lane, j.ReadyLane = domain.LaneKey(lane), domain.LaneKey(lane)
+			j.Queue, j.ReadyQueue = domain.QueueKey(lane), domain.QueueKey(lane)
 			mustInsert(t, s, j)
 		}
 	}
-	got, err := s.ReadyLanes(ctx)
+	got, err := s.ReadyQueues(ctx)
 	check(t, err)
 	sort.Slice(got, func(a, b int) bool { return got[a] < got[b] })
 	if fmt.Sprintf("%q", got) != `["a" "a\x00b" "ab" "a|t"]` {
-		t.Fatalf("ReadyLanes = %q", got)
+		t.Fatalf("ReadyQueues = %q", got)
 	}
 	for _, lane := range lanes[:4] {
-		page, err := s.ListReady(ctx, &ports.ListReadyParams{Lane: domain.LaneKey(lane), Limit: 10, Now: time.Now()})
+		page, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: domain.QueueKey(lane), Limit: 10, Now: time.Now()})
 		check(t, err)
-		if len(page) != 2 || page[0].ReadyLane != domain.LaneKey(lane) || page[1].ReadyLane != domain.LaneKey(lane) {
+		if len(page) != 2 || page[0].ReadyQueue != domain.QueueKey(lane) || page[1].ReadyQueue != domain.QueueKey(lane) {
 			t.Fatalf("lane %q lists %d jobs", lane, len(page))
 		}
-		if n, _ := s.Position(ctx, domain.LaneKey(lane), page[1].ReadySeq); n != 1 {
+		if n, _ := s.Position(ctx, domain.QueueKey(lane), page[1].ReadySeq); n != 1 {
 			t.Fatalf("Position in lane %q = %d, want 1", lane, n)
 		}
 	}
@@ -513,10 +513,10 @@ func TestClosedStoreFailsEverything(t *testing.T) {
 		},
 		"FinishDelivery": func() error { return s.FinishDelivery(ctx, &ports.FinishDeliveryParams{ID: j.ID, Now: time.Now()}) },
 		"ListReady": func() error {
-			_, err := s.ListReady(ctx, &ports.ListReadyParams{Lane: "a.test:80", Limit: 1, Now: time.Now()})
+			_, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: "a.test:80", Limit: 1, Now: time.Now()})
 			return err
 		},
-		"ReadyLanes":      func() error { _, err := s.ReadyLanes(ctx); return err },
+		"ReadyQueues":     func() error { _, err := s.ReadyQueues(ctx); return err },
 		"RecoverInFlight": func() error { _, err := s.RecoverInFlight(ctx); return err },
 		"ResetStale": func() error {
 			_, err := s.ResetStale(ctx, &ports.ResetStaleParams{DispatchedBefore: time.Now(), Now: time.Now()})

@@ -359,18 +359,18 @@ func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 		w.set(s.kbuf, []byte(j.ID))
 	}
 	var oldExp int64
-	oldReady := old != nil && old.ReadyLane != ""
+	oldReady := old != nil && old.ReadyQueue != ""
 	if old != nil {
 		oldExp = ms(old.ExpiresAt)
 	}
 	newExp := ms(j.ExpiresAt)
-	if oldReady && (j.ReadyLane != old.ReadyLane || j.ReadySeq != old.ReadySeq) {
-		s.kbuf = readyKey(s.kbuf[:0], old.ReadyLane, old.ReadySeq)
+	if oldReady && (j.ReadyQueue != old.ReadyQueue || j.ReadySeq != old.ReadySeq) {
+		s.kbuf = readyKey(s.kbuf[:0], old.ReadyQueue, old.ReadySeq)
 		w.del(s.kbuf)
 		oldReady = false
 	}
-	if j.ReadyLane != "" && (!oldReady || readyState(j) != readyState(old) || newExp != oldExp) {
-		s.kbuf = readyKey(s.kbuf[:0], j.ReadyLane, j.ReadySeq)
+	if j.ReadyQueue != "" && (!oldReady || readyState(j) != readyState(old) || newExp != oldExp) {
+		s.kbuf = readyKey(s.kbuf[:0], j.ReadyQueue, j.ReadySeq)
 		s.rbuf = readyValue(s.rbuf[:0], j)
 		w.set(s.kbuf, s.rbuf)
 	}
@@ -408,8 +408,8 @@ func (w *wbatch) remove(j *domain.Job) {
 	if string(holder) == string(j.ID) {
 		w.del(kk)
 	}
-	if j.ReadyLane != "" {
-		w.del(readyKey(w.s.kbuf[:0], j.ReadyLane, j.ReadySeq))
+	if j.ReadyQueue != "" {
+		w.del(readyKey(w.s.kbuf[:0], j.ReadyQueue, j.ReadySeq))
 	}
 	if exp := ms(j.ExpiresAt); exp != 0 {
 		w.del(expiryKey(w.s.kbuf[:0], exp, j.ID))
@@ -482,7 +482,7 @@ func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
 		}
 		upd := *j
 		upd.Delivery = &domain.Delivery{Status: status, Attempts: p.Attempts, ResponseStatus: p.Response, Reason: p.Reason}
-		upd.ReadyLane, upd.UpdatedAt, upd.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
+		upd.ReadyQueue, upd.UpdatedAt, upd.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
 		return opResult{}, w.update(j, &upd)
 	case opProbe:
 		w.set(keyProbe, binary.BigEndian.AppendUint64(nil, uint64(o.at.UnixMilli())))
@@ -501,7 +501,7 @@ func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
 				return opResult{}, err
 			}
 			// Re-check: only what is still finished with nothing left to do.
-			if j != nil && j.Seq <= o.seq && j.Status.Terminal() && j.ReadyLane == "" {
+			if j != nil && j.Seq <= o.seq && j.Status.Terminal() && j.ReadyQueue == "" {
 				w.remove(j)
 				n++
 			}
@@ -564,10 +564,10 @@ func (s *Store) finish(w *wbatch, p *ports.FinishParams) (opResult, error) {
 	}
 	upd.Result = &r
 	if p.DeliverIn == "" {
-		upd.ReadyLane, upd.ExpiresAt = "", p.Now.Add(domain.TTL(p.Status))
+		upd.ReadyQueue, upd.ExpiresAt = "", p.Now.Add(domain.TTL(p.Status))
 		return opResult{}, w.update(j, &upd)
 	}
-	upd.ReadyLane, upd.ReadySeq = p.DeliverIn, s.seq+1
+	upd.ReadyQueue, upd.ReadySeq = p.DeliverIn, s.seq+1
 	upd.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
 	upd.ExpiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL)) // time to deliver
 	if err := w.update(j, &upd); err != nil {

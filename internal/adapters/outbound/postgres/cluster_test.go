@@ -109,9 +109,9 @@ func TestBroadcastListen(t *testing.T) {
 	a.Broadcast(ports.ClusterMessage{
 		From:   "forged",
 		Events: []domain.Event{{Type: domain.EventCompleted, JobID: "j1", Result: res}, {Type: domain.EventDispatching, JobID: "j2", Attempt: 2}},
-		Work:   []ports.WorkNotice{{Lane: "http://up.test:80", ReadySeq: 7}},
+		Work:   []ports.WorkNotice{{Queue: "http://up.test:80", ReadySeq: 7}},
 	})
-	a.Broadcast(ports.ClusterMessage{Work: []ports.WorkNotice{{Lane: "http://up.test:80", ReadySeq: 5}, {Lane: "h|t", ReadySeq: 9}},
+	a.Broadcast(ports.ClusterMessage{Work: []ports.WorkNotice{{Queue: "http://up.test:80", ReadySeq: 5}, {Queue: "h|t", ReadySeq: 9}},
 		Pools: []string{"p1", "p1"}})
 	a.Broadcast(ports.ClusterMessage{}) // nothing to say: not sent
 	msgs := inB.waitFor(t, "A's messages", func(ms []ports.ClusterMessage) bool {
@@ -171,14 +171,14 @@ func TestBroadcastSplitsLargeBatches(t *testing.T) {
 	for i := range n {
 		a.Broadcast(ports.ClusterMessage{
 			Events: []domain.Event{{Type: domain.EventPosition, JobID: domain.JobID(fmt.Sprintf("%032d", i)), Position: i + 1}},
-			Work:   []ports.WorkNotice{{Lane: domain.LaneKey(fmt.Sprintf("http://up%03d.test:80", i%lanesN)), ReadySeq: int64(i + 1)}},
+			Work:   []ports.WorkNotice{{Queue: domain.QueueKey(fmt.Sprintf("http://up%03d.test:80", i%lanesN)), ReadySeq: int64(i + 1)}},
 		})
 	}
 	msgs := in.waitFor(t, "every event and notice", func(ms []ports.ClusterMessage) bool {
-		lanes := map[domain.LaneKey]bool{}
+		lanes := map[domain.QueueKey]bool{}
 		for _, m := range ms {
 			for _, w := range m.Work {
-				lanes[w.Lane] = true
+				lanes[w.Queue] = true
 			}
 		}
 		return len(events(ms)) >= n && len(lanes) >= lanesN
@@ -188,11 +188,11 @@ func TestBroadcastSplitsLargeBatches(t *testing.T) {
 			t.Fatalf("event %d = %+v: out of order or damaged", i, e)
 		}
 	}
-	lanes := map[domain.LaneKey]int64{}
+	lanes := map[domain.QueueKey]int64{}
 	for _, m := range msgs {
 		for _, w := range m.Work {
-			if seq, ok := lanes[w.Lane]; !ok || w.ReadySeq < seq {
-				lanes[w.Lane] = w.ReadySeq
+			if seq, ok := lanes[w.Queue]; !ok || w.ReadySeq < seq {
+				lanes[w.Queue] = w.ReadySeq
 			}
 		}
 	}
@@ -200,7 +200,7 @@ func TestBroadcastSplitsLargeBatches(t *testing.T) {
 		t.Fatalf("work notices for %d lanes, want %d", len(lanes), lanesN)
 	}
 	for i := range lanesN {
-		if seq := lanes[domain.LaneKey(fmt.Sprintf("http://up%03d.test:80", i))]; seq != int64(i+1) {
+		if seq := lanes[domain.QueueKey(fmt.Sprintf("http://up%03d.test:80", i))]; seq != int64(i+1) {
 			t.Fatalf("lane %d: earliest ReadySeq %d, want %d", i, seq, i+1)
 		}
 	}
@@ -215,7 +215,7 @@ func TestEncodePayloads(t *testing.T) {
 	m := ports.ClusterMessage{Pools: []string{strings.Repeat("p", 300)}}
 	for i := range 50 {
 		m.Events = append(m.Events, domain.Event{Type: domain.EventQueued, JobID: domain.JobID(fmt.Sprint("job-", i))})
-		m.Work = append(m.Work, ports.WorkNotice{Lane: domain.LaneKey(fmt.Sprint("lane \"ü\" ", i)), ReadySeq: int64(i)})
+		m.Work = append(m.Work, ports.WorkNotice{Queue: domain.QueueKey(fmt.Sprint("lane \"ü\" ", i)), ReadySeq: int64(i)})
 	}
 	big := ports.ClusterMessage{Pools: []string{strings.Repeat("x", 500), "ok"}}
 	for _, c := range []struct {

@@ -110,7 +110,7 @@
 //   - ListReady returns every unexpired ready job of the lane after the
 //     cursor, in ReadySeq order, and claims nothing: the app calls it only
 //     for lanes whose lease it holds.
-//   - OrphanedLanes returns none: a dead process's lanes are taken over
+//   - OrphanedQueues returns none: a dead process's lanes are taken over
 //     through SyncLeases, not job by job.
 //   - RecoverInFlight (start-up) resets this process's own in-flight jobs (a
 //     previous run under the same id left them) and dead processes'.

@@ -268,10 +268,10 @@ func (s *Store) Instances(ctx context.Context) ([]ports.Instance, error) {
 // sqlRecoverLane puts back to queued the in-flight jobs of upstream $1 whose
 // owner (the process that ran the attempt) is not alive. An upstream's store
 // lanes are its shared lane, named like the upstream, and its tenant lanes,
-// "<upstream>|<tenant>" (domain.TenantLane): the range [$1 || '|', $1 || '}')
+// "<upstream>|<tenant>" (domain.TenantQueue): the range [$1 || '|', $1 || '}')
 // holds exactly the keys starting with "$1|" under the C collation of
 // ready_lane ('}' follows '|'), and the strpos check keeps out keys whose
-// upstream merely starts with "$1|" (LaneKey.Upstream splits at the last
+// upstream merely starts with "$1|" (QueueKey.Upstream splits at the last
 // '|'). Both halves are index conditions on jobs_in_flight.
 const sqlRecoverLane = `UPDATE jobs SET status = 'queued', updated_at = $2
 	WHERE status = 'in_flight'

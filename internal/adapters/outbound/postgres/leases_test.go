@@ -409,17 +409,17 @@ func TestRecoverLane(t *testing.T) {
 	live := openStore(t, schema, "live:1", nil)
 	holder := openStore(t, schema, "holder:1", nil)
 	const up = "http://up.test:80"
-	jobIn := func(s *Store, key string, lane domain.LaneKey) *domain.Job {
+	jobIn := func(s *Store, key string, lane domain.QueueKey) *domain.Job {
 		j := insert(t, holder, "u", key, string(lane))
 		markInFlight(t, s, j, time.Now())
 		return j
 	}
-	shared := jobIn(dead, "shared", domain.SharedLane(up))
-	tenant := jobIn(dead, "tenant", domain.TenantLane(up, "0123abcd"))
-	livePeer := jobIn(live, "live", domain.SharedLane(up))
-	otherPort := jobIn(dead, "port", domain.SharedLane("http://up.test:8080"))
-	otherTenant := jobIn(dead, "port-tenant", domain.TenantLane("http://up.test:8080", "0123abcd"))
-	prefix := jobIn(dead, "prefix", domain.SharedLane("http://up.test:80|x")+"|t") // an upstream that merely starts with "up|"
+	shared := jobIn(dead, "shared", domain.SharedQueue(up))
+	tenant := jobIn(dead, "tenant", domain.TenantQueue(up, "0123abcd"))
+	livePeer := jobIn(live, "live", domain.SharedQueue(up))
+	otherPort := jobIn(dead, "port", domain.SharedQueue("http://up.test:8080"))
+	otherTenant := jobIn(dead, "port-tenant", domain.TenantQueue("http://up.test:8080", "0123abcd"))
+	prefix := jobIn(dead, "prefix", domain.SharedQueue("http://up.test:80|x")+"|t") // an upstream that merely starts with "up|"
 	queued := insert(t, holder, "u", "queued", up)
 	if err := dead.Close(); err != nil {
 		t.Fatal(err)
@@ -436,7 +436,7 @@ func TestRecoverLane(t *testing.T) {
 		{queued, domain.StatusQueued}} {
 		got, err := holder.Get(t.Context(), c.j.ID)
 		if err != nil || got.Status != c.want {
-			t.Fatalf("%s (lane %s): %+v, %v; want %s", c.j.IdempotentKey, c.j.ReadyLane, got, err, c.want)
+			t.Fatalf("%s (lane %s): %+v, %v; want %s", c.j.IdempotentKey, c.j.ReadyQueue, got, err, c.want)
 		}
 	}
 	if n, err := holder.RecoverLane(t.Context(), up); err != nil || n != 0 {

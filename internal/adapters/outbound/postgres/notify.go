@@ -64,8 +64,8 @@ type wireEvent struct {
 }
 
 type wireWork struct {
-	Lane     domain.LaneKey `json:"l"`
-	ReadySeq int64          `json:"s"`
+	Queue    domain.QueueKey `json:"l"`
+	ReadySeq int64           `json:"s"`
 }
 
 // Broadcast implements ports.Cluster. It never blocks: the message is copied
@@ -165,16 +165,16 @@ func (s *Store) flushNotify(timeout time.Duration) {
 // covers the others), each pool once.
 func merge(msgs []ports.ClusterMessage) ports.ClusterMessage {
 	var out ports.ClusterMessage
-	work := map[domain.LaneKey]int{}
+	work := map[domain.QueueKey]int{}
 	pools := map[string]bool{}
 	for _, m := range msgs {
 		out.Events = append(out.Events, m.Events...)
 		for _, w := range m.Work {
-			if i, ok := work[w.Lane]; ok {
+			if i, ok := work[w.Queue]; ok {
 				out.Work[i].ReadySeq = min(out.Work[i].ReadySeq, w.ReadySeq)
 				continue
 			}
-			work[w.Lane] = len(out.Work)
+			work[w.Queue] = len(out.Work)
 			out.Work = append(out.Work, w)
 		}
 		for _, p := range m.Pools {

@@ -212,7 +212,7 @@ func TestSurvivesDatabaseOutage(t *testing.T) {
 	if _, err := s.Get(t.Context(), before.ID); domain.CodeOf(err) != domain.CodeUnavailable {
 		t.Fatalf("Get during the outage = %v, want unavailable", err)
 	}
-	if _, err := s.ListReady(t.Context(), &ports.ListReadyParams{Lane: "up.test:80", Limit: 10, Now: time.Now()}); domain.CodeOf(err) != domain.CodeUnavailable {
+	if _, err := s.ListReady(t.Context(), &ports.ListReadyParams{Queue: "up.test:80", Limit: 10, Now: time.Now()}); domain.CodeOf(err) != domain.CodeUnavailable {
 		t.Fatalf("ListReady during the outage = %v, want unavailable", err)
 	}
 	if err := s.Ping(t.Context()); domain.CodeOf(err) != domain.CodeUnavailable {
@@ -279,7 +279,7 @@ func TestHungDatabaseFailsPromptly(t *testing.T) {
 		},
 		func() error { _, err := s.Get(t.Context(), before.ID); return err },
 		func() error {
-			_, err := s.ListReady(t.Context(), &ports.ListReadyParams{Lane: "up.test:80", Limit: 10, Now: time.Now()})
+			_, err := s.ListReady(t.Context(), &ports.ListReadyParams{Queue: "up.test:80", Limit: 10, Now: time.Now()})
 			return err
 		},
 	} {

@@ -31,7 +31,7 @@ func insert(t *testing.T, s *Store, user, key, lane string) *domain.Job {
 
 func listReady(t *testing.T, s *Store, lane string, after int64, limit int) []*domain.Job {
 	t.Helper()
-	jobs, err := s.ListReady(t.Context(), &ports.ListReadyParams{Lane: domain.LaneKey(lane), AfterSeq: after, Limit: limit, Now: time.Now()})
+	jobs, err := s.ListReady(t.Context(), &ports.ListReadyParams{Queue: domain.QueueKey(lane), AfterSeq: after, Limit: limit, Now: time.Now()})
 	if err != nil {
 		t.Fatalf("ListReady(%s): %v", lane, err)
 	}
@@ -118,8 +118,8 @@ func TestListReadyReadsEveryProcessesJobs(t *testing.T) {
 	if got := listReady(t, a, "up.test:80", 0, 10); fmt.Sprint(ids(got)) != fmt.Sprint([]domain.JobID{second.ID, third.ID}) {
 		t.Fatalf("A's page with B's attempt in flight = %v", ids(got))
 	}
-	if lanes, err := a.OrphanedLanes(t.Context()); err != nil || lanes != nil {
-		t.Fatalf("OrphanedLanes = %v, %v; lane leases replace it", lanes, err)
+	if lanes, err := a.OrphanedQueues(t.Context()); err != nil || lanes != nil {
+		t.Fatalf("OrphanedQueues = %v, %v; lane leases replace it", lanes, err)
 	}
 }
 

@@ -39,7 +39,7 @@ func scanJob(row pgx.Row) (*domain.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j.ID, j.Lane, j.Status, j.ReadyLane = domain.JobID(id), domain.LaneKey(lane), domain.Status(status), domain.LaneKey(readyLane)
+	j.ID, j.Queue, j.Status, j.ReadyQueue = domain.JobID(id), domain.QueueKey(lane), domain.Status(status), domain.QueueKey(readyLane)
 	j.Attempts, j.Deferrals = int(attempts), int(deferrals)
 	if len(body) > 0 {
 		j.Body = body

@@ -517,7 +517,7 @@ func (s *Store) getOne(ctx context.Context, what, sql string, args ...any) (*dom
 
 // Position implements ports.JobStore: every waiting job of the lane counts,
 // whoever inserted it.
-func (s *Store) Position(ctx context.Context, lane domain.LaneKey, readySeq int64) (int, error) {
+func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int64) (int, error) {
 	if s.isClosed() {
 		return 0, domain.ErrClosed
 	}
@@ -554,7 +554,7 @@ func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*dom
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, sqlListReady, string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit)
+	rows, err := s.pool.Query(ctx, sqlListReady, string(p.Queue), p.AfterSeq, ms(p.Now), p.Limit)
 	if err != nil {
 		return nil, unavailable("list ready jobs", err)
 	}
@@ -565,10 +565,10 @@ func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*dom
 	return jobs, nil
 }
 
-// sqlReadyLanes lists the distinct lanes of the ready index by skipping from
+// sqlReadyQueues lists the distinct lanes of the ready index by skipping from
 // one lane to the next (a loose index scan), so the cost follows the number
 // of lanes, not of waiting jobs.
-const sqlReadyLanes = `WITH RECURSIVE l(lane) AS (
+const sqlReadyQueues = `WITH RECURSIVE l(lane) AS (
 	(SELECT ready_lane FROM jobs WHERE ready_lane <> '' ORDER BY ready_lane LIMIT 1)
 	UNION ALL
 	SELECT (SELECT ready_lane FROM jobs WHERE ready_lane <> '' AND ready_lane > l.lane ORDER BY ready_lane LIMIT 1)
@@ -576,24 +576,24 @@ const sqlReadyLanes = `WITH RECURSIVE l(lane) AS (
 )
 SELECT lane FROM l WHERE lane IS NOT NULL`
 
-// ReadyLanes implements ports.JobStore: lanes with work waiting, whoever
+// ReadyQueues implements ports.JobStore: lanes with work waiting, whoever
 // inserted it. The app asks for the leases of their upstreams.
-func (s *Store) ReadyLanes(ctx context.Context) ([]domain.LaneKey, error) {
-	return s.lanes(ctx, "ready lanes", sqlReadyLanes)
+func (s *Store) ReadyQueues(ctx context.Context) ([]domain.QueueKey, error) {
+	return s.lanes(ctx, "ready lanes", sqlReadyQueues)
 }
 
-// OrphanedLanes implements ports.JobStore. It returns none: work no longer
+// OrphanedQueues implements ports.JobStore. It returns none: work no longer
 // belongs to the process that inserted it but to the holder of its lane's
 // lease, and a lane whose holder died is taken over through SyncLeases
 // (whose new holder reads the lane from the start and calls RecoverLane).
-func (s *Store) OrphanedLanes(ctx context.Context) ([]domain.LaneKey, error) {
+func (s *Store) OrphanedQueues(ctx context.Context) ([]domain.QueueKey, error) {
 	if s.isClosed() {
 		return nil, domain.ErrClosed
 	}
 	return nil, nil
 }
 
-func (s *Store) lanes(ctx context.Context, what, sql string, args ...any) ([]domain.LaneKey, error) {
+func (s *Store) lanes(ctx context.Context, what, sql string, args ...any) ([]domain.QueueKey, error) {
 	if s.isClosed() {
 		return nil, domain.ErrClosed
 	}
@@ -603,10 +603,10 @@ func (s *Store) lanes(ctx context.Context, what, sql string, args ...any) ([]dom
 	if err != nil {
 		return nil, unavailable(what, err)
 	}
-	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.LaneKey, error) {
+	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.QueueKey, error) {
 		var l string
 		err := r.Scan(&l)
-		return domain.LaneKey(l), err
+		return domain.QueueKey(l), err
 	})
 	if err != nil {
 		return nil, unavailable(what, err)

@@ -282,7 +282,7 @@ func (s *Store) queueInsert(b *pgx.Batch, ops []*op, idx []int, results []opResu
 			body = j.Body
 		}
 		bodies, webhooks = append(bodies, body), append(webhooks, j.WebhookURL)
-		lanes, statuses, readyLanes = append(lanes, string(j.Lane)), append(statuses, string(j.Status)), append(readyLanes, string(j.ReadyLane))
+		lanes, statuses, readyLanes = append(lanes, string(j.Queue)), append(statuses, string(j.Status)), append(readyLanes, string(j.ReadyQueue))
 		attempts, deferrals = append(attempts, int32(j.Attempts)), append(deferrals, int32(j.Deferrals))
 		created, updated, expires = append(created, ms(j.CreatedAt)), append(updated, ms(j.UpdatedAt)), append(expires, ms(j.ExpiresAt))
 	}

@@ -36,7 +36,7 @@ func scanJob(row scanner) (*domain.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j.ID, j.Lane, j.Status, j.ReadyLane = domain.JobID(id), domain.LaneKey(lane), domain.Status(status), domain.LaneKey(readyLane)
+	j.ID, j.Queue, j.Status, j.ReadyQueue = domain.JobID(id), domain.QueueKey(lane), domain.Status(status), domain.QueueKey(readyLane)
 	j.Attempts = attempts
 	if len(body) > 0 {
 		j.Body = body

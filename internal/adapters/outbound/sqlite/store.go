@@ -517,7 +517,7 @@ func (s *Store) Lookup(ctx context.Context, userID, idempotentKey string) (*doma
 }
 
 // Position implements ports.JobStore.
-func (s *Store) Position(ctx context.Context, lane domain.LaneKey, readySeq int64) (int, error) {
+func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int64) (int, error) {
 	var n int
 	if err := s.reads.position.QueryRowContext(ctx, string(lane), readySeq, ms(time.Now())).Scan(&n); err != nil {
 		return 0, fmt.Errorf("job position: %w", err)
@@ -527,31 +527,31 @@ func (s *Store) Position(ctx context.Context, lane domain.LaneKey, readySeq int6
 
 // ListReady implements ports.JobStore.
 func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
-	rows, err := s.reads.listReady.QueryContext(ctx, string(p.Lane), p.AfterSeq, ms(p.Now), p.Limit)
+	rows, err := s.reads.listReady.QueryContext(ctx, string(p.Queue), p.AfterSeq, ms(p.Now), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list ready jobs: %w", err)
 	}
 	return collect(rows)
 }
 
-// OrphanedLanes implements ports.JobStore: only this process uses the
+// OrphanedQueues implements ports.JobStore: only this process uses the
 // store, so nothing is ever orphaned.
-func (s *Store) OrphanedLanes(context.Context) ([]domain.LaneKey, error) { return nil, nil }
+func (s *Store) OrphanedQueues(context.Context) ([]domain.QueueKey, error) { return nil, nil }
 
-// ReadyLanes implements ports.JobStore.
-func (s *Store) ReadyLanes(ctx context.Context) ([]domain.LaneKey, error) {
+// ReadyQueues implements ports.JobStore.
+func (s *Store) ReadyQueues(ctx context.Context) ([]domain.QueueKey, error) {
 	rows, err := s.rdb.QueryContext(ctx, "SELECT DISTINCT ready_lane FROM jobs WHERE ready_lane != ''")
 	if err != nil {
 		return nil, fmt.Errorf("ready lanes: %w", err)
 	}
 	defer rows.Close()
-	var lanes []domain.LaneKey
+	var lanes []domain.QueueKey
 	for rows.Next() {
 		var l string
 		if err := rows.Scan(&l); err != nil {
 			return nil, fmt.Errorf("ready lanes: %w", err)
 		}
-		lanes = append(lanes, domain.LaneKey(l))
+		lanes = append(lanes, domain.QueueKey(l))
 	}
 	return lanes, rows.Err()
 }

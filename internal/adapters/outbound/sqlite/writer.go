@@ -320,8 +320,8 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 		seq := s.seq + 1
 		res, err := tx.StmtContext(ctx, s.stmts.insert).ExecContext(ctx,
 			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, headers, nullBytes(j.Body),
-			j.WebhookURL, string(j.Lane), string(j.Status), j.Attempts, ms(j.CreatedAt), ms(j.UpdatedAt),
-			ms(j.ExpiresAt), string(j.ReadyLane), seq)
+			j.WebhookURL, string(j.Queue), string(j.Status), j.Attempts, ms(j.CreatedAt), ms(j.UpdatedAt),
+			ms(j.ExpiresAt), string(j.ReadyQueue), seq)
 		if err != nil {
 			return nil, false, fmt.Errorf("insert job: %w", err)
 		}
