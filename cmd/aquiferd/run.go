@@ -103,6 +103,14 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 	if err != nil {
 		return nil, err
 	}
+	var cluster aquifer.ClusterOptions
+	if cfg.StoreBackend == "postgres" {
+		// Every instance on the database is one cluster: each destination
+		// is dispatched by one of them at a time.
+		if cluster.Peers, err = aquifer.PostgresPeers(store); err != nil {
+			return nil, errors.Join(err, store.Close())
+		}
+	}
 	var metrics aquifer.Metrics // nil: the core counts nothing
 	var prom *aquifer.PrometheusMetrics
 	if cfg.Metrics {
@@ -122,6 +130,7 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 		MaxResponseBytes: cfg.MaxResponseBytes,
 		LaneWindow:       cfg.LaneWindow,
 		Outage:           outage(cfg),
+		Cluster:          cluster,
 		Admission: aquifer.AdmissionLimits{
 			MemoryLimitMB: cfg.MemoryLimitMB,
 			DBMaxBytes:    cfg.DBMaxBytes,

@@ -14,9 +14,14 @@ import (
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// ClusterConfig tunes how several processes share one store (used only
-// when the store implements ports.Cluster).
+// ClusterConfig turns on and tunes cluster mode: several processes sharing
+// one store, each lane dispatched by one process at a time.
 type ClusterConfig struct {
+	// Peers are the roles the shared store plays (lane leases, messages
+	// between the processes, shared pool members). Unset: this process is
+	// the only one on its store.
+	Peers ports.Cluster
+
 	// LeaseTTL is how long a lane lease lasts without renewal: the longest a
 	// dead process's lanes stay without a dispatcher. Default 3s.
 	LeaseTTL time.Duration
@@ -49,7 +54,7 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 
 // clusterState is this process's view of the lanes it holds.
 type clusterState struct {
-	c   ports.Cluster
+	c   ports.Cluster // every role set
 	cfg ClusterConfig
 	log *zap.Logger
 
@@ -101,7 +106,7 @@ func (d *dispatcher) heldElsewhere(u domain.UpstreamKey) string {
 	defer d.cluster.mu.Unlock()
 	for _, in := range d.cluster.instances {
 		for _, l := range in.Lanes {
-			if l == u && in.ID != d.cluster.c.InstanceID() {
+			if l == u && in.ID != d.cluster.c.Leases.InstanceID() {
 				return in.ID
 			}
 		}
@@ -115,7 +120,7 @@ func (d *dispatcher) publish(ev domain.Event) {
 	d.broker.Publish(ev)
 	if d.cluster != nil {
 		ev.Result = nil
-		d.cluster.c.Broadcast(ports.ClusterMessage{Events: []domain.Event{ev}})
+		d.cluster.c.Bus.Broadcast(ports.ClusterMessage{Events: []domain.Event{ev}})
 	}
 }
 
@@ -130,7 +135,7 @@ func (d *dispatcher) workElsewhere(j *domain.Job) {
 		default:
 		}
 	}
-	d.cluster.c.Broadcast(ports.ClusterMessage{Work: []ports.WorkNotice{{Queue: j.ReadyQueue, ReadySeq: j.ReadySeq}}})
+	d.cluster.c.Bus.Broadcast(ports.ClusterMessage{Work: []ports.WorkNotice{{Queue: j.ReadyQueue, ReadySeq: j.ReadySeq}}})
 }
 
 // leaseLoop syncs leases every SyncInterval, and at once when kicked.
@@ -220,7 +225,7 @@ func (s *Service) syncLeases(ctx context.Context) {
 	for _, l := range lanes {
 		byUp[l.Upstream()] = append(byUp[l.Upstream()], l)
 	}
-	instances, err := cs.c.Instances(ctx)
+	instances, err := cs.c.Leases.Instances(ctx)
 	if err != nil {
 		s.leaseSyncFailed(start, err)
 		return
@@ -259,10 +264,10 @@ func (s *Service) syncLeases(ctx context.Context) {
 	for u := range byUp {
 		want = append(want, u)
 	}
-	me := cs.c.InstanceID()
+	me := cs.c.Leases.InstanceID()
 	sort.Slice(want, func(i, j int) bool { return spread(me, want[i]) < spread(me, want[j]) })
 
-	res, err := cs.c.SyncLeases(ctx, &ports.SyncLeasesParams{Want: want, Held: held, Max: share, TTL: cs.cfg.LeaseTTL})
+	res, err := cs.c.Leases.SyncLeases(ctx, &ports.SyncLeasesParams{Want: want, Held: held, Max: share, TTL: cs.cfg.LeaseTTL})
 	if err != nil {
 		s.leaseSyncFailed(start, err)
 		return
@@ -334,7 +339,7 @@ func (s *Service) syncLeases(ctx context.Context) {
 		s.d.setActive(u, false, ports.LaneState{})
 	}
 	if len(release) > 0 {
-		if err := cs.c.ReleaseLeases(ctx, release); err != nil {
+		if err := cs.c.Leases.ReleaseLeases(ctx, release); err != nil {
 			s.log.Warn("releasing lane leases failed; they expire by themselves", zap.Error(err))
 		}
 	}
@@ -349,7 +354,7 @@ func (s *Service) syncLeases(ctx context.Context) {
 			// A process that died holding work in flight is only known dead
 			// once its liveness lease lapses, which may be after we took its
 			// lanes: look again now and then.
-			if n, err := cs.c.RecoverLane(ctx, u); err == nil && n > 0 {
+			if n, err := cs.c.Leases.RecoverLane(ctx, u); err == nil && n > 0 {
 				s.log.Info("recovered in-flight work of a process that died", zap.String("lane", string(u)), zap.Int("jobs", n))
 			}
 			for _, l := range byUp[u] {
@@ -365,7 +370,7 @@ func (s *Service) syncLeases(ctx context.Context) {
 // start.
 func (s *Service) takeLane(ctx context.Context, u domain.UpstreamKey, st ports.LaneState, lanes []domain.QueueKey) {
 	cs := s.d.cluster
-	n, err := cs.c.RecoverLane(ctx, u)
+	n, err := cs.c.Leases.RecoverLane(ctx, u)
 	if err != nil {
 		s.log.Warn("recovering a taken-over lane's in-flight work failed; the stale sweep will", zap.String("lane", string(u)), zap.Error(err))
 	}
@@ -424,7 +429,7 @@ func (s *Service) releaseAllLeases(ctx context.Context) {
 		rel[i].State = s.laneState(rel[i].Upstream)
 	}
 	if len(rel) > 0 {
-		if err := cs.c.ReleaseLeases(ctx, rel); err != nil {
+		if err := cs.c.Leases.ReleaseLeases(ctx, rel); err != nil {
 			s.log.Warn("releasing lane leases at shutdown failed; they expire by themselves", zap.Error(err))
 		}
 	}
@@ -483,7 +488,7 @@ func (s *Service) clusterHealth() *ClusterHealth {
 	cs := s.d.cluster
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	h := &ClusterHealth{InstanceID: cs.c.InstanceID(), Lanes: []string{}, Instances: []InstanceLanes{}}
+	h := &ClusterHealth{InstanceID: cs.c.Leases.InstanceID(), Lanes: []string{}, Instances: []InstanceLanes{}}
 	for u := range cs.held {
 		h.Lanes = append(h.Lanes, string(u))
 	}

@@ -51,7 +51,7 @@ type node struct {
 	id string
 }
 
-var _ ports.Cluster = (*node)(nil)
+var _ ports.SharedStore = (*node)(nil)
 
 // Close does not close the shared store.
 func (n *node) Close() error { return nil }
@@ -265,7 +265,7 @@ func (h *hub) start(t *testing.T, id string, mutate func(*app.Config)) *app.Serv
 		Logger:  zap.NewNop(),
 		Rates:   app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 8}},
 		Retry:   app.RetryPolicy{Attempts: 5, Backoff: []time.Duration{20 * time.Millisecond}},
-		Cluster: app.ClusterConfig{LeaseTTL: 300 * time.Millisecond, SyncInterval: 50 * time.Millisecond},
+		Cluster: app.ClusterConfig{Peers: ports.ClusterOf(n), LeaseTTL: 300 * time.Millisecond, SyncInterval: 50 * time.Millisecond},
 	}
 	if mutate != nil {
 		mutate(&cfg)

@@ -78,9 +78,6 @@ type Config struct {
 	// PositionInterval is how often queued jobs with subscribers hear their
 	// place in line. Default 2s.
 	PositionInterval time.Duration
-	// OrphanCheck is how often the store is asked for ready work whose owner
-	// stopped renewing its claim (only shared stores have any). Default 2s.
-	OrphanCheck time.Duration
 	// PoolSweep is how often pool members are checked for missed
 	// heartbeats and sustained failure. Default 5s.
 	PoolSweep time.Duration
@@ -98,8 +95,9 @@ type Config struct {
 	// Proxy tunes edge-proxy mode (Service.Proxy).
 	Proxy ProxyConfig
 
-	// Cluster tunes lane leases when the store is shared by several
-	// processes (it implements ports.Cluster).
+	// Cluster turns on cluster mode — several processes sharing one store,
+	// each lane dispatched by one of them — when Cluster.Peers is set, and
+	// tunes it.
 	Cluster ClusterConfig
 
 	// Drain turns on drain mode: flush the ledger to a webhook once the
@@ -197,9 +195,6 @@ func (c Config) WithDefaults() Config {
 	if c.PositionInterval <= 0 {
 		c.PositionInterval = 2 * time.Second
 	}
-	if c.OrphanCheck <= 0 {
-		c.OrphanCheck = 2 * time.Second
-	}
 	if c.PoolSweep <= 0 {
 		c.PoolSweep = 5 * time.Second
 	}
@@ -230,6 +225,9 @@ func (c Config) Validate() error {
 	errs = append(errs, validateSecrets("app: WebhookSecrets", c.WebhookSecrets)...)
 	for _, t := range c.Tenants {
 		errs = append(errs, validateSecrets("app: tenant "+t.Name+": WebhookSecrets", t.WebhookSecrets)...)
+	}
+	if p := c.Cluster.Peers; (p.Leases != nil || p.Bus != nil || p.Members != nil) && !p.Complete() {
+		errs = append(errs, errors.New("app: Cluster.Peers needs all three roles (Leases, Bus, Members) or none"))
 	}
 	if c.Store != nil {
 		if err := validateDrain(c.Drain, c.Store); err != nil {

@@ -29,12 +29,11 @@ func (s *Service) startBackground() *background {
 	b.every(ctx, s.d, s.cfg.SweepInterval, s.sweep)
 	b.every(ctx, s.d, s.cfg.LoadRefresh, func(ctx context.Context) { s.load.refresh(ctx, false) })
 	b.every(ctx, s.d, s.cfg.PositionInterval, s.publishPositions)
-	b.every(ctx, s.d, s.cfg.OrphanCheck, s.adoptOrphans)
 	b.every(ctx, s.d, s.cfg.PoolSweep, s.sweepPools)
 	if s.d.cluster != nil {
 		b.run(func() { s.leaseLoop(ctx) })
 		b.run(func() {
-			if err := s.d.cluster.c.Listen(ctx, func(m ports.ClusterMessage) { s.onClusterMessage(ctx, m) }); err != nil && ctx.Err() == nil {
+			if err := s.d.cluster.c.Bus.Listen(ctx, func(m ports.ClusterMessage) { s.onClusterMessage(ctx, m) }); err != nil && ctx.Err() == nil {
 				s.log.Error("listening to other processes stopped", zap.Error(err))
 			}
 		})
@@ -137,21 +136,6 @@ func (s *Service) publishPositions(ctx context.Context) {
 	}
 }
 
-// adoptOrphans wakes the lanes holding work whose owner stopped renewing its
-// claim (a crashed peer sharing the store), so this process takes it over.
-func (s *Service) adoptOrphans(ctx context.Context) {
-	lanes, err := s.cfg.Store.OrphanedQueues(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("looking for orphaned work failed", zap.Error(err))
-		}
-		return
-	}
-	for _, l := range lanes {
-		s.d.notify(l, true)
-	}
-}
-
 // sweepPools evicts pool members that stopped heartbeating or sat at the
 // reputation floor too long.
 func (s *Service) sweepPools(ctx context.Context) {
@@ -159,7 +143,7 @@ func (s *Service) sweepPools(ctx context.Context) {
 		s.log.Warn("pool member evicted", zap.String("member", m))
 		if s.d.cluster != nil {
 			pool, member, _ := strings.Cut(m, "/")
-			if _, err := s.d.cluster.c.DeleteMember(ctx, pool, member); err != nil {
+			if _, err := s.d.cluster.c.Members.DeleteMember(ctx, pool, member); err != nil {
 				s.log.Warn("removing an evicted pool member from the shared store failed", zap.Error(err))
 			}
 		}

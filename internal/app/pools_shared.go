@@ -40,7 +40,7 @@ func (s *Service) poolSyncLoop(ctx context.Context) {
 // saves the state of the pools this process is the authority for.
 func (s *Service) syncPools(ctx context.Context) {
 	cs := s.d.cluster
-	rows, err := cs.c.Members(ctx, "")
+	rows, err := cs.c.Members.Members(ctx, "")
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("reading shared pool membership failed", zap.Error(err))
@@ -50,12 +50,12 @@ func (s *Service) syncPools(ctx context.Context) {
 	holds := func(poolID string) bool { return s.d.holds(domain.PoolUpstream(poolID)) }
 	stale := s.pools.merge(rows, holds)
 	for _, m := range stale {
-		if _, err := cs.c.DeleteMember(ctx, m.PoolID, m.MemberID); err != nil {
+		if _, err := cs.c.Members.DeleteMember(ctx, m.PoolID, m.MemberID); err != nil {
 			s.log.Warn("removing an evicted pool member from the shared store failed", zap.Error(err))
 		}
 	}
 	if states := s.pools.export(holds); len(states) > 0 {
-		if err := cs.c.SaveMemberStates(ctx, states); err != nil {
+		if err := cs.c.Members.SaveMemberStates(ctx, states); err != nil {
 			s.log.Warn("saving pool member state failed", zap.Error(err))
 		}
 	}
@@ -218,7 +218,7 @@ func dedupe(ss []string) []string {
 // and has every process (this one included) pick it up at once.
 func (s *Service) registerShared(ctx context.Context, r *domain.MemberRegistration) (bool, error) {
 	cs := s.d.cluster
-	created, err := cs.c.PutMember(ctx, &ports.PoolMember{PoolID: r.PoolID, MemberID: r.MemberID, Address: r.Address,
+	created, err := cs.c.Members.PutMember(ctx, &ports.PoolMember{PoolID: r.PoolID, MemberID: r.MemberID, Address: r.Address,
 		CapacityRPS: r.CapacityRPS, HeartbeatInterval: r.HeartbeatInterval})
 	if err != nil {
 		return false, storeErr("register pool member", err)
@@ -229,7 +229,7 @@ func (s *Service) registerShared(ctx context.Context, r *domain.MemberRegistrati
 
 // leaveShared removes a member from the shared store.
 func (s *Service) leaveShared(ctx context.Context, poolID, memberID string) error {
-	ok, err := s.d.cluster.c.DeleteMember(ctx, poolID, memberID)
+	ok, err := s.d.cluster.c.Members.DeleteMember(ctx, poolID, memberID)
 	if err != nil {
 		return storeErr("remove pool member", err)
 	}
@@ -241,7 +241,7 @@ func (s *Service) leaveShared(ctx context.Context, poolID, memberID string) erro
 }
 
 func (s *Service) poolsChanged(poolID string) {
-	s.d.cluster.c.Broadcast(ports.ClusterMessage{Pools: []string{poolID}})
+	s.d.cluster.c.Bus.Broadcast(ports.ClusterMessage{Pools: []string{poolID}})
 	select {
 	case s.poolKick <- struct{}{}:
 	default:

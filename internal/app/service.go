@@ -10,7 +10,6 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/l8"
-	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
 // Service is Aquifer's application core. Inbound adapters call its methods;
@@ -56,8 +55,8 @@ func New(cfg Config) (*Service, error) {
 		nonces: l8.NewNonces(maxChallengeNonces),
 	}
 	var cs *clusterState
-	if c, ok := cfg.Store.(ports.Cluster); ok {
-		cs = newClusterState(c, cfg.Cluster, s.log)
+	if cfg.Cluster.Peers.Leases != nil {
+		cs = newClusterState(cfg.Cluster.Peers, cfg.Cluster, s.log)
 		// Other processes read the store, not this one's memory: an attempt
 		// is recorded as in flight when it starts, so a process taking the
 		// lane over does not send it again while it runs.

@@ -7,16 +7,41 @@ import (
 	"github.com/aquiferhq/aquifer/internal/domain"
 )
 
-// Cluster coordinates several aquiferd processes that share one store
-// (Postgres), using the store itself — no other coordination service. A
-// store that one process owns alone does not implement it, and the app then
-// runs as a single instance.
+// Several aquiferd processes that share one store (Postgres) coordinate
+// through the store itself — no other coordination service — in three
+// roles: lane leases (LeaseStore), messages between them (MessageBus) and
+// shared pool membership (MemberStore). A Cluster names the three; a
+// service built without one runs as the only process of its store.
 //
 // The unit of coordination is the dispatcher's lane: one upstream (a URL's
-// scheme://host:port, a pool, a webhook receiver) with all its store lanes
-// (the shared one and the tenants'). Exactly one process at a time holds a
-// lane's lease and dispatches its work, so the upstream's pace is global.
-type Cluster interface {
+// scheme://host:port, a pool, a webhook receiver) with all its queues (the
+// shared one and the tenants'). Exactly one process at a time holds a lane's
+// lease and dispatches its work, so the upstream's pace is global.
+
+// Cluster is the set of roles a shared store plays for the processes on it.
+type Cluster struct {
+	Leases  LeaseStore
+	Bus     MessageBus
+	Members MemberStore
+}
+
+// Complete reports whether every role is filled.
+func (c Cluster) Complete() bool { return c.Leases != nil && c.Bus != nil && c.Members != nil }
+
+// SharedStore is a store that plays all three roles itself (the Postgres
+// store does).
+type SharedStore interface {
+	LeaseStore
+	MessageBus
+	MemberStore
+}
+
+// ClusterOf returns the three roles of a store that plays them all.
+func ClusterOf(s SharedStore) Cluster { return Cluster{Leases: s, Bus: s, Members: s} }
+
+// LeaseStore holds lane leases and the liveness of the processes that
+// share the store.
+type LeaseStore interface {
 	// InstanceID is this process's name among the processes sharing the store.
 	InstanceID() string
 
@@ -42,7 +67,10 @@ type Cluster interface {
 	// lanes) that were left in_flight by processes that are no longer alive.
 	// The app calls it when it takes a lane over.
 	RecoverLane(ctx context.Context, upstream domain.UpstreamKey) (int, error)
+}
 
+// MessageBus carries messages between the processes sharing the store.
+type MessageBus interface {
 	// Broadcast queues a message for the other processes. It never blocks:
 	// messages are batched and sent shortly after (best effort; a process
 	// that misses one still finds new work by its periodic lease sync, and
@@ -52,7 +80,11 @@ type Cluster interface {
 	// Listen delivers the messages other processes broadcast, until ctx
 	// ends, reconnecting after errors. It blocks.
 	Listen(ctx context.Context, deliver func(ClusterMessage)) error
+}
 
+// MemberStore keeps pool membership where every process sharing the store
+// sees it.
+type MemberStore interface {
 	// PutMember registers a pool member or records its heartbeat: address,
 	// capacity and interval are overwritten and LastSeen is set to the
 	// database's now; reputation and counters are kept. It reports whether
@@ -72,7 +104,7 @@ type Cluster interface {
 	SaveMemberStates(ctx context.Context, ms []PoolMember) error
 }
 
-// SyncLeasesParams are the arguments of Cluster.SyncLeases.
+// SyncLeasesParams are the arguments of LeaseStore.SyncLeases.
 type SyncLeasesParams struct {
 	Want []domain.UpstreamKey // lanes with work this process would dispatch
 	Held []LaneLease          // lanes this process holds, with their current state
@@ -103,7 +135,7 @@ type Instance struct {
 
 // ClusterMessage carries what other processes need to hear about.
 type ClusterMessage struct {
-	// From is the sending instance (set by the Cluster).
+	// From is the sending instance (set by the MessageBus).
 	From string
 	// Events are job events; Result is left out (readers load the job).
 	Events []domain.Event

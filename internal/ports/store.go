@@ -75,20 +75,12 @@ type JobStore interface {
 	FinishDelivery(ctx context.Context, p *FinishDeliveryParams) error
 
 	// ListReady returns up to p.Limit unexpired jobs whose next action waits
-	// in p.Lane with ReadySeq > p.AfterSeq, in ReadySeq order. Jobs recorded
+	// in p.Queue with ReadySeq > p.AfterSeq, in ReadySeq order. Jobs recorded
 	// as in_flight are not waiting and are left out.
 	ListReady(ctx context.Context, p *ListReadyParams) ([]*domain.Job, error)
 
-	// ReadyQueues returns every lane that has at least one job waiting in it.
+	// ReadyQueues returns every queue that has at least one job waiting in it.
 	ReadyQueues(ctx context.Context) ([]domain.QueueKey, error)
-
-	// OrphanedQueues returns the lanes holding ready work that no live process
-	// owns. A store shared by several processes (Postgres) gives each ready
-	// job an owner — the process that inserted or read it — for a lease it
-	// renews; when an owner stops renewing, its work becomes orphaned and
-	// any process may take it over by reading it (ListReady claims what it
-	// returns). A store only one process can open returns none.
-	OrphanedQueues(ctx context.Context) ([]domain.QueueKey, error)
 
 	// RecoverInFlight sets every in_flight job back to queued and returns how
 	// many it changed. Called once at start-up, before any dispatch.

@@ -51,7 +51,6 @@ func Exercise(t *testing.T, newStore NewStore) {
 		{"ListReadyIsCommitOrderedPaging", testListReady},
 		{"SeqFollowsCommitOrder", testSeqCommitOrder},
 		{"ReadyQueues", testReadyQueues},
-		{"OwnWorkIsNotOrphaned", testNotOrphaned},
 		{"RecoverInFlight", testRecoverInFlight},
 		{"ResetStale", testResetStale},
 		{"PurgeExpiredInBatches", testPurge},
@@ -628,14 +627,6 @@ func testDeferrals(t *testing.T, s ports.JobStore) {
 	}
 	if got := mustGet(t, s, j.ID); got.Deferrals != 2 {
 		t.Fatalf("delivery deferrals = %d, want 2", got.Deferrals)
-	}
-}
-
-func testNotOrphaned(t *testing.T, s ports.JobStore) {
-	mustInsert(t, s, NewJob("u", "mine", "a.test:80"))
-	lanes, err := s.OrphanedQueues(ctx(t))
-	if err != nil || len(lanes) != 0 {
-		t.Fatalf("OrphanedQueues = %v, %v; a job this store just took is not orphaned", lanes, err)
 	}
 }
 

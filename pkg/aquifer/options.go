@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/adapters/outbound/postgres"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/l8"
 	"github.com/aquiferhq/aquifer/internal/ports"
@@ -190,6 +191,9 @@ func (o *Options) validate() error {
 		names[t.Name] = true
 		_, secretErrs := parseSecrets(fmt.Sprintf("aquifer: Tenants[%d].WebhookSecrets", i), t.WebhookSecrets)
 		errs = append(errs, secretErrs...)
+	}
+	if _, shared := o.Store.(*postgres.Store); shared && !o.Cluster.Peers.Complete() {
+		errs = append(errs, errors.New("aquifer: the Postgres store is shared by every process on its database: set Options.Cluster.Peers to PostgresPeers(store)"))
 	}
 	for i, a := range o.Adapters {
 		if a == nil {

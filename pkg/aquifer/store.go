@@ -155,8 +155,9 @@ type PostgresOptions struct {
 }
 
 // OpenPostgres connects to Postgres, applies pending migrations and returns
-// a store several Aquifer processes can share: each destination's pace is
-// then kept across all of them. The caller owns it.
+// a store several Aquifer processes can share: with Options.Cluster.Peers
+// set to PostgresPeers(store) (New requires it), each destination's pace is
+// kept across all of them. The caller owns it.
 func OpenPostgres(ctx context.Context, o PostgresOptions) (Store, error) {
 	lease := o.Lease
 	if lease <= 0 {
@@ -164,6 +165,23 @@ func OpenPostgres(ctx context.Context, o PostgresOptions) (Store, error) {
 	}
 	return opened(postgres.Open(ctx, postgres.Options{DSN: o.DSN, Schema: o.Schema, Owner: o.InstanceID,
 		Lease: lease, Logger: named(o.Logger, "postgres")}))
+}
+
+// ClusterPeers are the roles a store shared by several processes plays for
+// them: lane leases (one process dispatches each destination, so its pace
+// is global), messages between the processes, and shared pool membership.
+// Setting Options.Cluster.Peers turns cluster mode on; PostgresPeers gives
+// the built-in Postgres store's.
+type ClusterPeers = ports.Cluster
+
+// PostgresPeers returns the cluster roles of a store OpenPostgres opened,
+// for Options.Cluster.Peers.
+func PostgresPeers(s Store) (ClusterPeers, error) {
+	pg, ok := s.(*postgres.Store)
+	if !ok {
+		return ClusterPeers{}, fmt.Errorf("aquifer: PostgresPeers needs a store from OpenPostgres, not %T", s)
+	}
+	return ports.ClusterOf(pg), nil
 }
 
 // opened returns a built-in store as a Store, and a nil Store (not a nil

@@ -150,8 +150,10 @@ type ProxyOptions = app.ProxyConfig
 // one process owns (SQLite, Pebble, memory, or a LedgerStore of your own).
 type DrainOptions = app.DrainConfig
 
-// ClusterOptions tune lane leases when several processes share one store
-// (Postgres). The zero value uses the defaults.
+// ClusterOptions turn on cluster mode — several processes sharing one store
+// (Postgres), each destination dispatched by one of them at a time — when
+// Peers is set (PostgresPeers), and tune its lane leases. The zero value is
+// a single process.
 type ClusterOptions = app.ClusterConfig
 
 // OutageOptions tune how Aquifer rides out a destination or webhook

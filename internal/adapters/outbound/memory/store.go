@@ -261,10 +261,6 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 	return out, nil
 }
 
-// OrphanedQueues implements ports.JobStore: only this process uses the
-// store, so nothing is ever orphaned.
-func (s *Store) OrphanedQueues(context.Context) ([]domain.QueueKey, error) { return nil, nil }
-
 // ReadyQueues implements ports.JobStore.
 func (s *Store) ReadyQueues(_ context.Context) ([]domain.QueueKey, error) {
 	s.mu.Lock()

@@ -590,10 +590,6 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 	return out, nil
 }
 
-// OrphanedQueues implements ports.JobStore: only this process can open the
-// directory, so nothing is ever orphaned.
-func (s *Store) OrphanedQueues(context.Context) ([]domain.QueueKey, error) { return nil, nil }
-
 // ReadyQueues implements ports.JobStore. It visits one ready-index entry per
 // lane, seeking past the rest of the lane after each.
 func (s *Store) ReadyQueues(context.Context) ([]domain.QueueKey, error) {

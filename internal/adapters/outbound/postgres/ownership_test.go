@@ -118,9 +118,6 @@ func TestListReadyReadsEveryProcessesJobs(t *testing.T) {
 	if got := listReady(t, a, "up.test:80", 0, 10); fmt.Sprint(ids(got)) != fmt.Sprint([]domain.JobID{second.ID, third.ID}) {
 		t.Fatalf("A's page with B's attempt in flight = %v", ids(got))
 	}
-	if lanes, err := a.OrphanedQueues(t.Context()); err != nil || lanes != nil {
-		t.Fatalf("OrphanedQueues = %v, %v; lane leases replace it", lanes, err)
-	}
 }
 
 // TestOwnerFollowsTheAttempt: the owner column names the process that ran

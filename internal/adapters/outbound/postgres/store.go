@@ -143,8 +143,8 @@ func (s *Store) Stats() Stats {
 }
 
 var (
-	_ ports.JobStore = (*Store)(nil)
-	_ ports.Cluster  = (*Store)(nil)
+	_ ports.JobStore    = (*Store)(nil)
+	_ ports.SharedStore = (*Store)(nil)
 )
 
 // Open connects to the database, applies pending migrations, takes this
@@ -580,17 +580,6 @@ SELECT lane FROM l WHERE lane IS NOT NULL`
 // inserted it. The app asks for the leases of their upstreams.
 func (s *Store) ReadyQueues(ctx context.Context) ([]domain.QueueKey, error) {
 	return s.lanes(ctx, "ready lanes", sqlReadyQueues)
-}
-
-// OrphanedQueues implements ports.JobStore. It returns none: work no longer
-// belongs to the process that inserted it but to the holder of its lane's
-// lease, and a lane whose holder died is taken over through SyncLeases
-// (whose new holder reads the lane from the start and calls RecoverLane).
-func (s *Store) OrphanedQueues(ctx context.Context) ([]domain.QueueKey, error) {
-	if s.isClosed() {
-		return nil, domain.ErrClosed
-	}
-	return nil, nil
 }
 
 func (s *Store) lanes(ctx context.Context, what, sql string, args ...any) ([]domain.QueueKey, error) {

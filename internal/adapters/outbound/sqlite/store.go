@@ -534,10 +534,6 @@ func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*dom
 	return collect(rows)
 }
 
-// OrphanedQueues implements ports.JobStore: only this process uses the
-// store, so nothing is ever orphaned.
-func (s *Store) OrphanedQueues(context.Context) ([]domain.QueueKey, error) { return nil, nil }
-
 // ReadyQueues implements ports.JobStore.
 func (s *Store) ReadyQueues(ctx context.Context) ([]domain.QueueKey, error) {
 	rows, err := s.rdb.QueryContext(ctx, "SELECT DISTINCT ready_lane FROM jobs WHERE ready_lane != ''")
