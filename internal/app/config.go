@@ -1,24 +1,69 @@
-// Package app holds Aquifer's use cases: accepting jobs (validation and
-// idempotency), lanes that pace dispatch to each upstream, executing attempts
-// and interpreting responses, webhooks as durable jobs, crash recovery and
-// expiry, and the event broker behind SSE.
+// Package app is Aquifer's application core as its adapters see it: a thin
+// façade (Service: Enqueue, Get, Cancel, Subscribe, Health, Start, Stop, …)
+// over one package per concept — dispatch (lanes, attempts, deliveries),
+// lease (cluster leases), edge (proxy mode), drain, pool, tenant, trust
+// (signing and L8), admit (admission control), load (backlog counts) and
+// events (the subscription broker). Service builds them from one Config and
+// wires each to the small interfaces the others declare; none of them reads
+// another's fields.
 //
-// It depends only on domain, ports and pacing; adapters call into it.
+// It depends only on domain, ports, pacing and l8; adapters call into it.
 package app
 
 import (
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/app/admit"
+	"github.com/aquiferhq/aquifer/internal/app/dispatch"
+	"github.com/aquiferhq/aquifer/internal/app/drain"
+	"github.com/aquiferhq/aquifer/internal/app/edge"
+	"github.com/aquiferhq/aquifer/internal/app/lease"
+	"github.com/aquiferhq/aquifer/internal/app/trust"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/l8"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
+
+// The settings each concept owns, under the names the adapters and the
+// facade know.
+type (
+	RateTable       = domain.RateTable
+	RetryPolicy     = dispatch.RetryPolicy
+	OutageConfig    = dispatch.OutageConfig
+	AdmissionConfig = admit.Config
+	ProxyConfig     = edge.Config
+	DrainConfig     = drain.Config
+	L8Config        = trust.Config
+)
+
+// ClusterConfig turns on and tunes cluster mode: several processes sharing
+// one store, each lane dispatched by one process at a time.
+type ClusterConfig struct {
+	// Peers are the roles the shared store plays (lane leases, messages
+	// between the processes, shared pool members). Unset: this process is
+	// the only one on its store.
+	Peers ports.Cluster
+	// LeaseTTL is how long a lane lease lasts without renewal: the longest a
+	// dead process's lanes stay without a dispatcher. Default 3s.
+	LeaseTTL time.Duration
+	// SyncInterval is how often leases are renewed and free lanes taken.
+	// Default 1s (must be well under LeaseTTL).
+	SyncInterval time.Duration
+	// RewindEvery re-reads held lanes from the start every this many syncs,
+	// a safety net for work notices that were lost. Default 5.
+	RewindEvery int
+	// ReleaseWait bounds how long a lane given up for rebalancing waits for
+	// its running attempts before its lease is released anyway. Default 30s.
+	ReleaseWait time.Duration
+}
+
+func (c ClusterConfig) lease() lease.Config {
+	return lease.Config{LeaseTTL: c.LeaseTTL, SyncInterval: c.SyncInterval, RewindEvery: c.RewindEvery,
+		ReleaseWait: c.ReleaseWait}.WithDefaults()
+}
 
 // Config wires a Service. Store and Doer are required; everything else has a
 // default, applied by WithDefaults.
@@ -62,7 +107,8 @@ type Config struct {
 	LaneIdleTimeout time.Duration
 	// PersistInFlightAfter is how long an attempt runs before its in_flight
 	// status is written to the store; shorter attempts go from queued straight
-	// to their result. Negative writes it at once. Default 1s.
+	// to their result. Negative writes it at once (always so in cluster
+	// mode). Default 1s.
 	PersistInFlightAfter time.Duration
 	// StaleAfter is how long an attempt may run before the sweep puts its job
 	// back to queued. Default 5m.
@@ -121,29 +167,26 @@ type Config struct {
 	Rand func() float64
 }
 
-// RetryPolicy says how often and how soon a failed attempt is tried again.
-type RetryPolicy struct {
-	// Attempts is the total number of attempts, first included. Default 5.
-	Attempts int
-	// Backoff is the wait before attempt n+1 (index n-1); the last entry is
-	// reused when there are more attempts than entries. Default 1s, 2s, 4s, 8s.
-	Backoff []time.Duration
-}
+// clustered reports whether cluster mode is on.
+func (c Config) clustered() bool { return c.Cluster.Peers.Leases != nil }
 
-// Delay returns the wait before the next attempt after attempt n (1-based).
-func (p RetryPolicy) Delay(n int) time.Duration {
-	if len(p.Backoff) == 0 {
-		return 0
+// dispatch is the dispatcher's part of the config.
+func (c Config) dispatch() dispatch.Config {
+	d := dispatch.Config{Store: c.Store, Doer: c.Doer, Clock: c.Clock, Logger: c.Logger, Metrics: c.Metrics,
+		Rates: c.Rates, RequestTimeout: c.RequestTimeout, MaxResponseBytes: c.MaxResponseBytes, Retry: c.Retry,
+		MaxDeferrals: c.MaxDeferrals, WindowJobs: c.WindowJobs, LaneIdleTimeout: c.LaneIdleTimeout,
+		PersistInFlightAfter: c.PersistInFlightAfter, Outage: c.Outage, Rand: c.Rand}
+	if c.clustered() {
+		// Other processes read the store, not this one's memory: an attempt
+		// is recorded as in flight when it starts, so a process taking the
+		// lane over does not send it again while it runs.
+		d.PersistInFlightAfter = -1
 	}
-	return p.Backoff[min(n-1, len(p.Backoff)-1)]
+	return d
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	c.Proxy = c.Proxy.withDefaults()
-	c.Drain = c.Drain.withDefaults()
-	c.Cluster = c.Cluster.withDefaults()
-	c.Outage = c.Outage.withDefaults()
 	if c.Clock == nil {
 		c.Clock = ports.SystemClock{}
 	}
@@ -153,30 +196,17 @@ func (c Config) WithDefaults() Config {
 	if c.Metrics == nil {
 		c.Metrics = ports.NopMetrics{}
 	}
-	if c.Rates.Defaults == (domain.Rate{}) {
-		c.Rates.Defaults = domain.DefaultRate
-	}
-	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = 30 * time.Second
-	}
-	if c.MaxResponseBytes <= 0 {
-		c.MaxResponseBytes = 1 << 20
-	}
-	if c.Retry.Attempts <= 0 {
-		c.Retry.Attempts = 5
-	}
-	if c.Retry.Backoff == nil {
-		c.Retry.Backoff = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
-	}
-	if c.WindowJobs <= 0 {
-		c.WindowJobs = 256
-	}
-	if c.LaneIdleTimeout <= 0 {
-		c.LaneIdleTimeout = 5 * time.Minute
-	}
+	d := c.dispatch().WithDefaults()
+	c.Rates, c.RequestTimeout, c.MaxResponseBytes, c.Retry = d.Rates, d.RequestTimeout, d.MaxResponseBytes, d.Retry
+	c.MaxDeferrals, c.WindowJobs, c.LaneIdleTimeout, c.Outage, c.Rand = d.MaxDeferrals, d.WindowJobs, d.LaneIdleTimeout, d.Outage, d.Rand
 	if c.PersistInFlightAfter == 0 {
-		c.PersistInFlightAfter = time.Second
+		c.PersistInFlightAfter = d.PersistInFlightAfter
 	}
+	c.Proxy = c.Proxy.WithDefaults()
+	c.Drain = c.Drain.WithDefaults()
+	l := c.Cluster.lease()
+	c.Cluster.LeaseTTL, c.Cluster.SyncInterval, c.Cluster.RewindEvery, c.Cluster.ReleaseWait = l.LeaseTTL, l.SyncInterval, l.RewindEvery, l.ReleaseWait
+	c.Admission = c.Admission.WithDefaults()
 	if c.StaleAfter <= 0 {
 		c.StaleAfter = 5 * time.Minute
 	}
@@ -189,9 +219,6 @@ func (c Config) WithDefaults() Config {
 	if c.SubscriberBuffer <= 0 {
 		c.SubscriberBuffer = 16
 	}
-	if c.MaxDeferrals <= 0 {
-		c.MaxDeferrals = 10
-	}
 	if c.PositionInterval <= 0 {
 		c.PositionInterval = 2 * time.Second
 	}
@@ -200,9 +227,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.LoadRefresh <= 0 {
 		c.LoadRefresh = time.Second
-	}
-	if c.Rand == nil {
-		c.Rand = rand.Float64
 	}
 	return c
 }
@@ -219,77 +243,18 @@ func (c Config) Validate() error {
 	if err := c.Rates.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.Outage.validate(); err != nil {
+	if err := c.Outage.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, validateSecrets("app: WebhookSecrets", c.WebhookSecrets)...)
+	errs = append(errs, trust.ValidateSecrets("app: WebhookSecrets", c.WebhookSecrets)...)
 	for _, t := range c.Tenants {
-		errs = append(errs, validateSecrets("app: tenant "+t.Name+": WebhookSecrets", t.WebhookSecrets)...)
+		errs = append(errs, trust.ValidateSecrets("app: tenant "+t.Name+": WebhookSecrets", t.WebhookSecrets)...)
 	}
 	if p := c.Cluster.Peers; (p.Leases != nil || p.Bus != nil || p.Members != nil) && !p.Complete() {
 		errs = append(errs, errors.New("app: Cluster.Peers needs all three roles (Leases, Bus, Members) or none"))
 	}
 	if c.Store != nil {
-		if err := validateDrain(c.Drain, c.Store); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// RateTable maps upstream hosts to their ceilings. Keys are "host" or
-// "host:port", case-insensitive; "host:port" is matched first, then "host",
-// then Defaults.
-type RateTable struct {
-	Defaults domain.Rate
-	Hosts    map[string]domain.Rate
-}
-
-// For returns the configured ceiling for an upstream. Pools use Defaults.
-func (t RateTable) For(u domain.UpstreamKey) domain.Rate {
-	def := t.Defaults
-	if def == (domain.Rate{}) {
-		def = domain.DefaultRate
-	}
-	if u.IsPool() || len(t.Hosts) == 0 {
-		return def
-	}
-	hostPort, host := u.Host()
-	if r, ok := t.Hosts[hostPort]; ok {
-		return r
-	}
-	if r, ok := t.Hosts[host]; ok {
-		return r
-	}
-	return def
-}
-
-// lookup returns the entry for u, if the table has one (defaults aside).
-func (t RateTable) lookup(u domain.UpstreamKey) (domain.Rate, bool) {
-	if u.IsPool() || len(t.Hosts) == 0 {
-		return domain.Rate{}, false
-	}
-	hostPort, host := u.Host()
-	if r, ok := t.Hosts[hostPort]; ok {
-		return r, true
-	}
-	r, ok := t.Hosts[host]
-	return r, ok
-}
-
-// Validate checks every entry.
-func (t RateTable) Validate() error {
-	var errs []error
-	if t.Defaults != (domain.Rate{}) {
-		if err := t.Defaults.Validate("defaults"); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for host, r := range t.Hosts {
-		if host != strings.ToLower(host) {
-			errs = append(errs, fmt.Errorf("upstreams.%s: host keys must be lower case", host))
-		}
-		if err := r.Validate("upstreams." + host); err != nil {
+		if err := drain.Validate(c.Drain, c.Store); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -114,33 +114,33 @@ func (s *Service) Health(ctx context.Context) *Health {
 			}
 		}
 		if c, err := s.cfg.Store.Counts(ctx); err == nil {
-			// Quick attempts are in flight only in memory (markInFlightLater).
-			running := int64(s.d.executingCount())
+			// Quick attempts are in flight only in memory.
+			running := int64(s.d.ExecutingCount())
 			h.Jobs = JobCounts{Queued: max(c.Queued+c.InFlight-running, 0), InFlight: running, Deliveries: c.Deliveries}
 		}
 	}
-	for _, l := range s.d.laneStats() {
+	for _, l := range s.d.Stats() {
 		h.Lanes = append(h.Lanes, LaneHealth{Lane: string(l.Upstream), RPS: l.RPS, MaxConcurrent: l.MaxConcurrent,
 			CeilingRPS: l.CeilingRPS, CeilingMaxConcurrent: l.CeilingMaxConcurrent, AccountQueues: s.AccountQueues(l.Upstream),
 			Queues: l.Queues, PausedQueues: l.PausedQueues, InFlight: l.InFlight, Buffered: l.Buffered,
 			Circuit: circuitHealth(l.Circuit)})
 	}
 	sort.Slice(h.Lanes, func(i, j int) bool { return h.Lanes[i].Lane < h.Lanes[j].Lane })
-	h.Admission = s.adm.health(ctx, s.cfg.MaxBodyBytes)
+	h.Admission = s.adm.Health(ctx, s.cfg.MaxBodyBytes)
 	h.Auth = "open"
 	if s.tenants != nil {
 		// /health is unauthenticated: tenants' pools are listed only to
 		// their tenants (GET /pools).
 		h.Auth, h.Pools = "api_keys", map[string]PoolHealth{}
 	} else {
-		h.Pools = s.pools.snapshot()
+		h.Pools = s.pools.Snapshot()
 	}
-	h.Proxy = s.proxyHealth()
+	h.Proxy = s.proxy.Health()
 	if s.drain != nil {
-		h.Drain = s.drain.health()
+		h.Drain = s.drain.Health()
 	}
-	if s.d.cluster != nil {
-		h.Cluster = s.clusterHealth()
+	if s.leases != nil {
+		h.Cluster = s.leases.Health()
 	}
 	if id := s.cfg.L8.Identity; id != nil {
 		h.L8Protocol, h.L8PublicKey, h.StandardWebhooksKey = l8.ProtocolVersion, id.PublicKeyBase64(), id.StandardWebhooksKey()

@@ -8,32 +8,42 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/app/admit"
+	"github.com/aquiferhq/aquifer/internal/app/dispatch"
+	"github.com/aquiferhq/aquifer/internal/app/drain"
+	"github.com/aquiferhq/aquifer/internal/app/edge"
+	"github.com/aquiferhq/aquifer/internal/app/events"
+	"github.com/aquiferhq/aquifer/internal/app/lease"
+	"github.com/aquiferhq/aquifer/internal/app/load"
+	"github.com/aquiferhq/aquifer/internal/app/pool"
+	tenantpkg "github.com/aquiferhq/aquifer/internal/app/tenant"
+	"github.com/aquiferhq/aquifer/internal/app/trust"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/l8"
+	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
 // Service is Aquifer's application core. Inbound adapters call its methods;
-// it owns the lanes, the maintenance sweeps and the event broker.
+// it builds the packages that do the work and runs their background loops.
 type Service struct {
-	cfg    Config
-	log    *zap.Logger
-	ids    *domain.IDGenerator
-	broker *Broker
-	d      *dispatcher
-	load   *loadGauge
-	adm    *admission
-	pools  *pools
-	nonces *l8.Nonces // challenge nonces answered recently
-	proxy  proxyModes
-	drain  *drainer // nil unless drain mode is on
-	// poolKick asks for a pool membership sync now (shared stores).
-	poolKick chan struct{}
-	tenants  *tenancy                  // nil without API-key tenants
-	policy   *domain.DestinationPolicy // the global destination rules
+	cfg     Config
+	log     *zap.Logger
+	ids     *domain.IDGenerator
+	broker  *events.Broker
+	d       *dispatch.Dispatcher
+	load    *load.Gauge
+	adm     *admit.Controller
+	pools   *pool.Registry
+	tenants *tenantpkg.Registry // nil without API-key tenants
+	signer  *trust.Signer
+	proxy   *edge.Proxy
+	drain   *drain.Drainer // nil unless drain mode is on
+	policy  *domain.DestinationPolicy
 
-	// modes holds each upstream's account-queue mode (true: one queue per
-	// tenant). It lives as long as the process, not the lane.
-	modes sync.Map // domain.UpstreamKey → bool
+	// Cluster mode only (nil otherwise).
+	leases *lease.Leases
+	shared *pool.Shared
+	bus    ports.MessageBus
 
 	mu         sync.Mutex
 	started    bool
@@ -51,44 +61,79 @@ func New(cfg Config) (*Service, error) {
 		cfg:    cfg,
 		log:    cfg.Logger.Named("app"),
 		ids:    domain.NewIDGenerator(cfg.Clock.Now),
-		broker: NewBroker(cfg.SubscriberBuffer),
-		nonces: l8.NewNonces(maxChallengeNonces),
+		broker: events.NewBroker(cfg.SubscriberBuffer),
+		adm:    admit.New(cfg.Admission, cfg.Store, cfg.Clock),
 	}
-	var cs *clusterState
-	if cfg.Cluster.Peers.Leases != nil {
-		cs = newClusterState(cfg.Cluster.Peers, cfg.Cluster, s.log)
-		// Other processes read the store, not this one's memory: an attempt
-		// is recorded as in flight when it starts, so a process taking the
-		// lane over does not send it again while it runs.
-		cfg.PersistInFlightAfter = -1
-		s.cfg = cfg
-	}
-	s.poolKick = make(chan struct{}, 1)
-	s.d = newDispatcher(cfg, s.broker, cs)
-	global, err := domain.NewDestinationPolicy(cfg.Destinations)
-	if err != nil {
+	var err error
+	if s.policy, err = domain.NewDestinationPolicy(cfg.Destinations); err != nil {
 		return nil, err
 	}
-	s.policy = global
-	if len(cfg.Tenants) > 0 {
-		if s.tenants, err = newTenancy(cfg.Tenants, cfg.Destinations, cfg.Store, cfg.Clock); err != nil {
-			return nil, err
-		}
-		s.d.tenants = s.tenants
+	if s.tenants, err = tenantpkg.New(cfg.Tenants, cfg.Destinations, cfg.Store, cfg.Clock); err != nil {
+		return nil, err
 	}
-	s.load = newLoadGauge(cfg.Store, s.d, s.log)
-	s.d.load = s.load
-	s.adm = newAdmission(cfg.Admission, cfg.Store, cfg.Clock)
-	s.pools = newPools(cfg.Clock.Now, s.d.poolChanged)
-	s.d.pools = s.pools
+	s.signer = trust.NewSigner(cfg.L8, cfg.WebhookSecrets, s.tenants.WebhookSecrets, cfg.Doer, cfg.Clock,
+		cfg.Logger.Named("dispatch"))
+	// The registry wakes a pool's lane when it gains capacity; the lane
+	// exists only once the dispatcher does.
+	s.pools = pool.New(cfg.Clock.Now, func(poolID string) { s.d.PoolChanged(poolID) })
+	deps := dispatch.Deps{Events: publisher{s}, Pools: s.pools, Signer: s.signer}
+	if s.tenants != nil {
+		deps.Tenants = s.tenants
+	}
+	if cfg.clustered() {
+		p := cfg.Cluster.Peers
+		s.bus = p.Bus
+		s.leases = lease.New(cfg.Cluster.lease(), p.Leases, p.Bus, cfg.Store, cfg.Clock, s.log)
+		deps.Owner = s.leases
+	}
+	s.load = load.NewGauge(cfg.Store, func() int { return s.d.ExecutingCount() }, s.log)
+	deps.Load = s.load
+	s.d = dispatch.New(cfg.dispatch(), deps)
+	if s.leases != nil {
+		s.leases.Bind(s.d)
+		p := cfg.Cluster.Peers
+		s.shared = pool.NewShared(s.pools, p.Members, p.Bus, func(id string) bool { return s.d.Holds(domain.PoolUpstream(id)) },
+			cfg.Cluster.SyncInterval, cfg.Clock, s.log)
+	}
+	s.proxy = edge.New(cfg.Proxy, cfg.Store, intake{s}, s.d, s.broker, s.load, s.log)
 	if cfg.Drain.Enabled {
-		s.drain = newDrainer(cfg.Drain, s.log, s.idleNow, s.flushLedger)
+		s.drain = drain.New(cfg.Drain, drain.Deps{Ledger: cfg.Store.(ports.LedgerStore), Doer: cfg.Doer, Signer: s.signer,
+			Idle: s.idleNow, Flushed: s.proxy.Reset, Clock: cfg.Clock, Logger: s.log, RequestTimeout: cfg.RequestTimeout,
+			PurgeBatch: cfg.PurgeBatch})
 	}
 	return s, nil
 }
 
+// publisher tells local subscribers about job events and, in cluster mode,
+// the other processes (without the result, which they load from the store).
+type publisher struct{ s *Service }
+
+func (p publisher) Publish(ev domain.Event) {
+	p.s.broker.Publish(ev)
+	if p.s.bus != nil {
+		ev.Result = nil
+		p.s.bus.Broadcast(ports.ClusterMessage{Events: []domain.Event{ev}})
+	}
+}
+
+// intake is the Service as the edge proxy submits through it.
+type intake struct{ s *Service }
+
+func (i intake) Prepare(ctx context.Context, req *domain.JobRequest) (*domain.Job, error) {
+	return i.s.prepare(ctx, req)
+}
+func (i intake) Store(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
+	return i.s.store(ctx, job)
+}
+func (i intake) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
+	return i.s.Get(ctx, id)
+}
+func (i intake) Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *events.Subscription, error) {
+	return i.s.Subscribe(ctx, id)
+}
+
 // Broker returns the event broker (for adapters that stream).
-func (s *Service) Broker() *Broker { return s.broker }
+func (s *Service) Broker() *events.Broker { return s.broker }
 
 // Start recovers work left by a previous run and starts dispatching: jobs
 // that were in flight go back to queued, and every lane with queued jobs
@@ -106,20 +151,20 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover in-flight jobs: %w", err)
 	}
-	lanes, err := s.cfg.Store.ReadyQueues(ctx)
+	queues, err := s.cfg.Store.ReadyQueues(ctx)
 	if err != nil {
 		return fmt.Errorf("list lanes with waiting work: %w", err)
 	}
-	for _, l := range lanes {
-		s.d.notify(l, false) // with a shared store: only lanes this process holds (none yet)
+	for _, q := range queues {
+		s.d.Notify(q, false) // in cluster mode: only lanes this process holds (none yet)
 	}
-	s.log.Info("recovered queued work", zap.Int("in_flight_requeued", n), zap.Int("lanes", len(lanes)))
-	if s.d.cluster != nil {
-		s.syncPools(ctx)
-		s.syncLeases(ctx) // take a fair share of the lanes before dispatching starts
+	s.log.Info("recovered queued work", zap.Int("in_flight_requeued", n), zap.Int("lanes", len(queues)))
+	if s.leases != nil {
+		s.shared.Sync(ctx)
+		s.leases.Sync(ctx) // take a fair share of the lanes before dispatching starts
 	}
-	s.load.refresh(ctx, true)
-	s.d.start()
+	s.load.Refresh(ctx, true)
+	s.d.Start()
 	s.background = s.startBackground()
 	s.started = true
 	return nil
@@ -141,11 +186,64 @@ func (s *Service) Stop(ctx context.Context) error {
 	if bg != nil {
 		bg.stop()
 	}
-	err := s.d.stop(ctx)
-	if s.d.cluster != nil {
-		s.releaseAllLeases(context.WithoutCancel(ctx))
+	err := s.d.Stop(ctx)
+	if s.leases != nil {
+		s.leases.ReleaseAll(context.WithoutCancel(ctx))
 	}
 	return err
+}
+
+// Proxy handles one edge-proxy request (see package edge).
+func (s *Service) Proxy(ctx context.Context, req *domain.JobRequest) (*ProxyResult, error) {
+	return s.proxy.Proxy(ctx, req)
+}
+
+// L8Metadata is the discovery document for /.well-known/l8 (nil when L8 is
+// off).
+func (s *Service) L8Metadata() *l8.Metadata { return s.signer.Metadata() }
+
+// L8Challenge answers another party's challenge (BEHAVIOR.md §23.4).
+// Rejections are domain.CodeInvalid errors with the protocol's messages.
+func (s *Service) L8Challenge(_ context.Context, c *l8.ChallengeRequest) (*l8.ChallengeResponse, error) {
+	return s.signer.Answer(c)
+}
+
+// idleNow reports whether the whole process has nothing to do: nothing
+// queued, running or waiting for delivery in the store, and nothing in a
+// lane (drain mode).
+func (s *Service) idleNow(ctx context.Context) (bool, error) {
+	if s.d.ExecutingCount() > 0 || s.d.AnyBusy() {
+		return false, nil
+	}
+	c, err := s.cfg.Store.Counts(ctx)
+	if err != nil {
+		return false, err
+	}
+	return c.Total() == 0, nil
+}
+
+// onClusterMessage handles what other processes broadcast: work for lanes
+// this process holds, job events for local subscribers, pool changes.
+func (s *Service) onClusterMessage(ctx context.Context, m ports.ClusterMessage) {
+	for _, w := range m.Work {
+		if s.d.Holds(w.Queue.Upstream()) {
+			s.d.NotifyFrom(w.Queue, w.ReadySeq-1)
+		}
+	}
+	for _, ev := range m.Events {
+		if !s.broker.HasSubscribers(ev.JobID) {
+			continue
+		}
+		if ev.Type.Terminal() && ev.Result == nil {
+			if j, err := s.cfg.Store.Get(ctx, ev.JobID); err == nil {
+				ev.Result = j.Result
+			}
+		}
+		s.broker.Deliver(ev)
+	}
+	if len(m.Pools) > 0 {
+		s.shared.Kick()
+	}
 }
 
 // EnqueueResult is the answer to a submission.
@@ -175,7 +273,7 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 		return nil, err
 	}
 	if fresh {
-		s.d.offer(stored)
+		s.d.Offer(stored)
 	}
 	return s.result(stored, !fresh), nil
 }
@@ -197,7 +295,7 @@ func (s *Service) checkDestinations(tenant, url, webhookURL string) error {
 
 func (s *Service) checkDestination(tenant, field, url string) error {
 	p := s.policy
-	if tp := s.tenants.policy(tenant); tp != nil {
+	if tp := s.tenants.Policy(tenant); tp != nil {
 		p = tp
 	}
 	return p.CheckURL(field, url)
@@ -223,27 +321,27 @@ func (s *Service) prepare(ctx context.Context, req *domain.JobRequest) (*domain.
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	tenant := TenantFrom(ctx)
+	tenant := tenantpkg.From(ctx)
 	if err := s.checkDestinations(tenant, req.URL, req.WebhookURL); err != nil {
 		return nil, err
 	}
-	scopeRequest(tenant, req)
+	tenantpkg.ScopeRequest(tenant, req)
 	upstream := req.Upstream()
 	if req.PoolID != "" {
 		upstream = domain.PoolUpstream(req.PoolID) // scoped: each tenant's pools are its own
 	}
 	switch req.AccountQueue {
 	case domain.AccountQueueEnabled:
-		s.modes.Store(upstream, true)
+		s.d.SetAccountQueues(upstream, true)
 	case domain.AccountQueueDisabled:
-		s.modes.Store(upstream, false)
+		s.d.SetAccountQueues(upstream, false)
 	}
 	lane := domain.SharedQueue(upstream)
-	if on, _ := s.modes.Load(upstream); on == true {
+	if s.d.AccountQueues(upstream) {
 		lane = domain.TenantQueue(upstream, domain.TenantOf(req.UserID, req.Headers))
 	}
-	if _, capped := s.tenants.rateFor(tenant, upstream); capped {
-		lane = tenantQueue(upstream, tenant) // its own queue, paced by its cap
+	if _, capped := s.tenants.Rate(tenant, upstream); capped {
+		lane = tenantpkg.Queue(upstream, tenant) // its own queue, paced by its cap
 	}
 	id := req.ID
 	if id == "" {
@@ -258,35 +356,35 @@ func (s *Service) prepare(ctx context.Context, req *domain.JobRequest) (*domain.
 func (s *Service) store(ctx context.Context, job *domain.Job) (stored *domain.Job, fresh bool, err error) {
 	defer func() { s.countSubmission(job, fresh, err) }()
 	tenant := domain.TenantOfJob(job)
-	if tenant != "" && s.tenants != nil {
-		if qerr := s.tenants.admit(ctx, tenant); qerr != nil {
+	if tenant != "" {
+		if qerr := s.tenants.Admit(ctx, tenant); qerr != nil {
 			if existing, lerr := s.cfg.Store.Lookup(ctx, job.UserID, job.IdempotentKey); lerr == nil {
 				return existing, false, nil // a duplicate is answered even over quota
 			}
 			return nil, false, qerr
 		}
 	}
-	if rej := s.adm.check(ctx); rej != nil {
+	if rej := s.adm.Check(ctx); rej != nil {
 		existing, err := s.cfg.Store.Lookup(ctx, job.UserID, job.IdempotentKey)
 		if err == nil {
 			return existing, false, nil
 		}
 		if !errors.Is(err, domain.ErrNotFound) {
-			return nil, false, storeErr("look up job", err)
+			return nil, false, domain.StoreFailure("look up job", err)
 		}
-		return nil, false, s.adm.reject(rej)
+		return nil, false, s.adm.Reject(rej)
 	}
 	stored, fresh, err = s.cfg.Store.Insert(ctx, job)
 	if err != nil {
-		return nil, false, storeErr("store job", err)
+		return nil, false, domain.StoreFailure("store job", err)
 	}
 	if fresh {
-		s.adm.admitted()
+		s.adm.Admitted()
 		if s.drain != nil {
-			s.drain.activity()
+			s.drain.Activity()
 		}
-		if tenant != "" && s.tenants != nil {
-			s.tenants.accepted(tenant)
+		if tenant != "" {
+			s.tenants.Accepted(tenant)
 		}
 	}
 	return stored, fresh, nil
@@ -296,26 +394,23 @@ func (s *Service) result(j *domain.Job, duplicate bool) *EnqueueResult {
 	status := j.Status
 	// A new job is answered as stored (queued), even if its lane already
 	// picked it up; a duplicate shows where the job is now.
-	if duplicate && status == domain.StatusQueued && s.d.isExecuting(j.ID) {
+	if duplicate && status == domain.StatusQueued && s.d.Executing(j.ID) {
 		status = domain.StatusInFlight
 	}
 	return &EnqueueResult{JobID: j.ID, Status: status, Duplicate: duplicate,
-		Load: s.load.report(s.d.flowRate(j.Queue.Upstream()))}
+		Load: s.load.Report(s.d.FlowRate(j.Queue.Upstream()))}
 }
 
 // AccountQueues reports whether upstream is in account-queue mode.
-func (s *Service) AccountQueues(upstream domain.UpstreamKey) bool {
-	on, _ := s.modes.Load(upstream)
-	return on == true
-}
+func (s *Service) AccountQueues(upstream domain.UpstreamKey) bool { return s.d.AccountQueues(upstream) }
 
 // Position returns j's 1-based place among the work waiting in its queue.
 func (s *Service) Position(ctx context.Context, j *domain.Job) (int, error) {
 	n, err := s.cfg.Store.Position(ctx, j.ReadyQueue, j.ReadySeq)
 	if err != nil {
-		return 0, storeErr("job position", err)
+		return 0, domain.StoreFailure("job position", err)
 	}
-	return max(n-s.d.executingAhead(j.ReadyQueue, j.ReadySeq), 0) + 1, nil
+	return max(n-s.d.ExecutingAhead(j.ReadyQueue, j.ReadySeq), 0) + 1, nil
 }
 
 // Get returns a job, or domain.ErrNotFound.
@@ -325,15 +420,15 @@ func (s *Service) Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	}
 	j, err := s.cfg.Store.Get(ctx, id)
 	if err != nil {
-		return nil, storeErr("read job", err)
+		return nil, domain.StoreFailure("read job", err)
 	}
-	if !visible(ctx, j) {
+	if !tenantpkg.Visible(ctx, j) {
 		return nil, domain.ErrNotFound // another tenant's job
 	}
-	if j.Status == domain.StatusQueued && s.d.isExecuting(id) {
-		j.Status = domain.StatusInFlight // see dispatcher.markInFlightLater
+	if j.Status == domain.StatusQueued && s.d.Executing(id) {
+		j.Status = domain.StatusInFlight // quick attempts are in flight only in memory
 	}
-	if TenantFrom(ctx) != "" {
+	if tenantpkg.From(ctx) != "" {
 		j = j.Display() // as the tenant named it
 	}
 	return j, nil
@@ -342,7 +437,7 @@ func (s *Service) Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 // Subscribe returns the job as it is now and a subscription to its future
 // events. The subscription is opened before the job is read, so no event that
 // happens after the returned state is missed. The caller must Close it.
-func (s *Service) Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *Subscription, error) {
+func (s *Service) Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *events.Subscription, error) {
 	if !domain.ValidJobID(string(id)) {
 		return nil, nil, domain.ErrNotFound
 	}
@@ -367,24 +462,24 @@ func (s *Service) Cancel(ctx context.Context, id domain.JobID) (*domain.Job, err
 	if err != nil {
 		return nil, err
 	}
-	if !visible(ctx, j) {
+	if !tenantpkg.Visible(ctx, j) {
 		return nil, domain.ErrNotFound
 	}
 	if conflict := cancelConflict(j); conflict != nil {
 		return nil, conflict
 	}
-	if holder := s.d.heldElsewhere(j.Queue.Upstream()); holder != "" {
+	if holder := s.d.HeldElsewhere(j.Queue.Upstream()); holder != "" {
 		// Only the process dispatching the lane can keep the job from being
 		// sent; cancelling here could race with it.
 		return nil, &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf(
 			"job is dispatched by instance %s; send the cancel to that instance", holder)}
 	}
-	if err := s.d.claimCancel(j.ID); err != nil {
+	if err := s.d.ClaimCancel(j.ID); err != nil {
 		return nil, err
 	}
-	if err := s.d.finishCanceled(ctx, j); err != nil {
-		s.d.releaseCancel(j.ID)
-		return nil, storeErr("cancel job", err)
+	if err := s.d.FinishCanceled(ctx, j); err != nil {
+		s.d.ReleaseCancel(j.ID)
+		return nil, domain.StoreFailure("cancel job", err)
 	}
 	after, err := s.Get(ctx, id)
 	if err != nil {
@@ -403,24 +498,9 @@ func cancelConflict(j *domain.Job) error {
 	case j.Status.Terminal():
 		return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("job already finished (%s); it cannot be canceled", j.Status)}
 	case j.Status == domain.StatusInFlight:
-		return errAlreadyDispatched
+		return dispatch.ErrAlreadyDispatched
 	}
 	return nil
-}
-
-var errAlreadyDispatched = &domain.Error{Code: domain.CodeConflict, Message: "job already dispatched: its request is being sent; it cannot be canceled"}
-
-// storeErr passes domain errors through and marks anything else as the store
-// being unavailable.
-func storeErr(what string, err error) error {
-	var de *domain.Error
-	if errors.As(err, &de) {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return domain.Unavailable(what+" failed", err)
 }
 
 // RegisterMember adds a member to a pool, or records its heartbeat when it
@@ -431,16 +511,16 @@ func (s *Service) RegisterMember(ctx context.Context, r *domain.MemberRegistrati
 	if err := r.Validate(); err != nil {
 		return false, err
 	}
-	if err := s.checkDestination(TenantFrom(ctx), "address", r.Address); err != nil {
+	if err := s.checkDestination(tenantpkg.From(ctx), "address", r.Address); err != nil {
 		return false, err
 	}
 	reg := *r
-	reg.PoolID = scopePool(ctx, r.PoolID) // a tenant's pools are its own
+	reg.PoolID = tenantpkg.ScopePool(ctx, r.PoolID) // a tenant's pools are its own
 	r = &reg
-	if s.d.cluster != nil {
-		return s.registerShared(ctx, r)
+	if s.shared != nil {
+		return s.shared.Register(ctx, r)
 	}
-	created := s.pools.register(r)
+	created := s.pools.Register(r)
 	if created {
 		s.log.Info("pool member joined", zap.String("pool", r.PoolID), zap.String("member", r.MemberID),
 			zap.Float64("capacity_rps", r.CapacityRPS))
@@ -450,11 +530,11 @@ func (s *Service) RegisterMember(ctx context.Context, r *domain.MemberRegistrati
 
 // LeaveMember removes a member from a pool (graceful leave).
 func (s *Service) LeaveMember(ctx context.Context, poolID, memberID string) error {
-	poolID = scopePool(ctx, poolID)
-	if s.d.cluster != nil {
-		return s.leaveShared(ctx, poolID, memberID)
+	poolID = tenantpkg.ScopePool(ctx, poolID)
+	if s.shared != nil {
+		return s.shared.Leave(ctx, poolID, memberID)
 	}
-	if err := s.pools.leave(poolID, memberID); err != nil {
+	if err := s.pools.Leave(poolID, memberID); err != nil {
 		return err
 	}
 	s.log.Info("pool member left", zap.String("pool", poolID), zap.String("member", memberID))
@@ -463,5 +543,5 @@ func (s *Service) LeaveMember(ctx context.Context, poolID, memberID string) erro
 
 // Pools describes every pool and its members.
 func (s *Service) Pools(ctx context.Context) map[string]PoolHealth {
-	return poolsFor(ctx, s.pools.snapshot())
+	return poolsFor(ctx, s.pools.Snapshot())
 }

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -58,6 +59,20 @@ func Invalid(field, format string, args ...any) *Error {
 // answer "try again later" instead of "your request was wrong".
 func Unavailable(msg string, err error) *Error {
 	return &Error{Code: CodeUnavailable, Message: msg, Err: err}
+}
+
+// StoreFailure classifies an error from the store for the caller: domain
+// errors and cancellation pass through; anything else means the store could
+// not do the work and is wrapped as CodeUnavailable, "<what> failed".
+func StoreFailure(what string, err error) error {
+	var de *Error
+	if errors.As(err, &de) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return Unavailable(what+" failed", err)
 }
 
 // coded is implemented by every domain error type.

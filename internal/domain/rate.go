@@ -1,8 +1,10 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // MinRPS is the lowest pace Aquifer will slow a lane to: pace never reaches zero.
@@ -26,4 +28,63 @@ func (r Rate) Validate(what string) error {
 		return fmt.Errorf("%s: max_concurrent must be >= 1, got %d", what, r.MaxConcurrent)
 	}
 	return nil
+}
+
+// RateTable maps upstream hosts to their ceilings. Keys are "host" or
+// "host:port", case-insensitive; "host:port" is matched first, then "host",
+// then Defaults.
+type RateTable struct {
+	Defaults Rate
+	Hosts    map[string]Rate
+}
+
+// For returns the configured ceiling for an upstream. Pools use Defaults.
+func (t RateTable) For(u UpstreamKey) Rate {
+	def := t.Defaults
+	if def == (Rate{}) {
+		def = DefaultRate
+	}
+	if u.IsPool() || len(t.Hosts) == 0 {
+		return def
+	}
+	hostPort, host := u.Host()
+	if r, ok := t.Hosts[hostPort]; ok {
+		return r
+	}
+	if r, ok := t.Hosts[host]; ok {
+		return r
+	}
+	return def
+}
+
+// Lookup returns the entry for u, if the table has one (defaults aside).
+func (t RateTable) Lookup(u UpstreamKey) (Rate, bool) {
+	if u.IsPool() || len(t.Hosts) == 0 {
+		return Rate{}, false
+	}
+	hostPort, host := u.Host()
+	if r, ok := t.Hosts[hostPort]; ok {
+		return r, true
+	}
+	r, ok := t.Hosts[host]
+	return r, ok
+}
+
+// Validate checks every entry.
+func (t RateTable) Validate() error {
+	var errs []error
+	if t.Defaults != (Rate{}) {
+		if err := t.Defaults.Validate("defaults"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for host, r := range t.Hosts {
+		if host != strings.ToLower(host) {
+			errs = append(errs, fmt.Errorf("upstreams.%s: host keys must be lower case", host))
+		}
+		if err := r.Validate("upstreams." + host); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/l8"
 )
 
 // Clock tells time and makes timers. Lanes, sweeps and pacing take one so
@@ -46,4 +47,12 @@ type Doer interface {
 // Publish must not block.
 type EventSink interface {
 	Publish(ev domain.Event)
+}
+
+// TrustStore keeps the webhook receivers that proved their L8 identity
+// (l8.FileTrust is the default). Get returns l8.ErrNoTrust for unknown or
+// revoked receivers.
+type TrustStore interface {
+	Get(domain string) (*l8.Trust, error)
+	Put(t *l8.Trust) error
 }

@@ -1,4 +1,8 @@
-package app
+// Package drain is drain mode (BEHAVIOR.md §19): once the whole process has
+// been idle long enough, its idempotency ledger is posted to a webhook page
+// by page and, only after every page was confirmed, the finished jobs are
+// cleared, so the instance can be handed to another tenant.
+package drain
 
 import (
 	"bytes"
@@ -20,11 +24,11 @@ import (
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// DrainConfig turns on drain mode (BEHAVIOR.md §19): once the whole process
+// Config turns on drain mode (BEHAVIOR.md §19): once the whole process
 // has been idle for Idle, the idempotency ledger is flushed to WebhookURL
 // and, only after every page was confirmed with a 2xx, the finished jobs are
 // cleared, so the instance can be handed to another tenant.
-type DrainConfig struct {
+type Config struct {
 	Enabled    bool
 	WebhookURL string
 	// Idle is how long the process must have no work before a flush.
@@ -39,7 +43,8 @@ type DrainConfig struct {
 	RetryMin, RetryMax time.Duration
 }
 
-func (c DrainConfig) withDefaults() DrainConfig {
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
 	if c.Idle <= 0 {
 		c.Idle = 45 * time.Second
 	}
@@ -58,15 +63,15 @@ func (c DrainConfig) withDefaults() DrainConfig {
 	return c
 }
 
-// Drain states.
+// States.
 const (
-	DrainActive     = "active"     // work was seen since the last idle period
-	DrainDraining   = "draining"   // idle; waiting out the timer, or flushing, or retrying a failed flush
-	DrainUnassigned = "unassigned" // the ledger was flushed and cleared; ready for a new tenant
+	Active     = "active"     // work was seen since the last idle period
+	Draining   = "draining"   // idle; waiting out the timer, or flushing, or retrying a failed flush
+	Unassigned = "unassigned" // the ledger was flushed and cleared; ready for a new tenant
 )
 
-// DrainHealth is drain mode's state in /health (only when enabled).
-type DrainHealth struct {
+// Health is drain mode's state in /health (only when enabled).
+type Health struct {
 	State         string `json:"state"`
 	IdleSinceMS   int64  `json:"idle_since_ms,omitempty"`
 	LastFlushMS   int64  `json:"last_flush_ms,omitempty"`
@@ -80,7 +85,7 @@ var errNewWork = errors.New("new work arrived during the flush")
 // drainer is drain mode's state machine. tick advances it; activity (any new
 // job) puts it back to active at once.
 type drainer struct {
-	cfg   DrainConfig
+	cfg   Config
 	log   *zap.Logger
 	idle  func(ctx context.Context) (bool, error)
 	flush func(ctx context.Context, flushID string, stillIdle func() bool) (int, error)
@@ -96,9 +101,9 @@ type drainer struct {
 	flushID     string
 }
 
-func newDrainer(cfg DrainConfig, log *zap.Logger, idle func(context.Context) (bool, error),
+func newDrainer(cfg Config, log *zap.Logger, idle func(context.Context) (bool, error),
 	flush func(context.Context, string, func() bool) (int, error)) *drainer {
-	return &drainer{cfg: cfg.withDefaults(), log: log.Named("drain"), idle: idle, flush: flush, state: DrainActive}
+	return &drainer{cfg: cfg.WithDefaults(), log: log.Named("drain"), idle: idle, flush: flush, state: Active}
 }
 
 // activity records new work: the state is active again, the idle timer and
@@ -106,10 +111,10 @@ func newDrainer(cfg DrainConfig, log *zap.Logger, idle func(context.Context) (bo
 func (d *drainer) activity() {
 	d.mu.Lock()
 	d.gen++
-	if d.state != DrainActive {
+	if d.state != Active {
 		d.log.Info("new work: drain state active")
 	}
-	d.state, d.idleSince, d.nextAttempt, d.failures, d.flushID = DrainActive, time.Time{}, time.Time{}, 0, ""
+	d.state, d.idleSince, d.nextAttempt, d.failures, d.flushID = Active, time.Time{}, time.Time{}, 0, ""
 	d.mu.Unlock()
 }
 
@@ -123,14 +128,14 @@ func (d *drainer) tick(ctx context.Context, now time.Time) {
 	d.mu.Lock()
 	switch {
 	case !idle:
-		d.state, d.idleSince, d.nextAttempt, d.failures, d.flushID = DrainActive, time.Time{}, time.Time{}, 0, ""
+		d.state, d.idleSince, d.nextAttempt, d.failures, d.flushID = Active, time.Time{}, time.Time{}, 0, ""
 		d.mu.Unlock()
 		return
-	case d.state == DrainUnassigned:
+	case d.state == Unassigned:
 		d.mu.Unlock()
 		return
 	case d.idleSince.IsZero():
-		d.state, d.idleSince, d.flushID = DrainDraining, now, l8.NewUUID()
+		d.state, d.idleSince, d.flushID = Draining, now, l8.NewUUID()
 		d.mu.Unlock()
 		return
 	case now.Sub(d.idleSince) < d.cfg.Idle || now.Before(d.nextAttempt):
@@ -159,15 +164,15 @@ func (d *drainer) tick(ctx context.Context, now time.Time) {
 		d.nextAttempt = now.Add(backoff)
 		d.log.Warn("drain flush failed; nothing was cleared; retrying", zap.Error(err), zap.Duration("retry_in", backoff))
 	default:
-		d.state, d.lastFlush, d.failures, d.lastErr, d.nextAttempt = DrainUnassigned, now, 0, "", time.Time{}
+		d.state, d.lastFlush, d.failures, d.lastErr, d.nextAttempt = Unassigned, now, 0, "", time.Time{}
 		d.log.Info("ledger flushed and cleared: unassigned", zap.Int("entries", n))
 	}
 }
 
-func (d *drainer) health() *DrainHealth {
+func (d *drainer) health() *Health {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h := &DrainHealth{State: d.state, LastError: d.lastErr}
+	h := &Health{State: d.state, LastError: d.lastErr}
 	if !d.idleSince.IsZero() {
 		h.IdleSinceMS = d.idleSince.UnixMilli()
 	}
@@ -187,8 +192,8 @@ type LedgerEntryJSON struct {
 	Status            string `json:"status"`
 }
 
-// DrainPayload is one page of a ledger flush.
-type DrainPayload struct {
+// Payload is one page of a ledger flush.
+type Payload struct {
 	Event     string            `json:"event"` // "instance_idle"
 	FlushID   string            `json:"flush_id"`
 	FlushedAt string            `json:"flushed_at"` // RFC 3339, UTC, seconds
@@ -204,27 +209,12 @@ func IdempotentKeyHash(userID, key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// idleNow reports whether the whole process has nothing to do: nothing
-// queued, running or waiting for delivery in the store, and nothing in a
-// lane.
-func (s *Service) idleNow(ctx context.Context) (bool, error) {
-	if s.d.executingCount() > 0 || s.d.anyBusy() {
-		return false, nil
-	}
-	c, err := s.cfg.Store.Counts(ctx)
-	if err != nil {
-		return false, err
-	}
-	return c.Total() == 0, nil
-}
-
 // flushLedger sends the ledger page by page and, once every page was
 // accepted, deletes the finished jobs it listed. It returns the number of
 // entries sent.
-func (s *Service) flushLedger(ctx context.Context, flushID string, stillIdle func() bool) (int, error) {
-	ls := s.cfg.Store.(ports.LedgerStore) // checked by Config.Validate
-	cfg := s.cfg.Drain
-	now := s.cfg.Clock.Now()
+func (d *Drainer) flushLedger(ctx context.Context, flushID string, stillIdle func() bool) (int, error) {
+	ls, cfg := d.deps.Ledger, d.cfg
+	now := d.deps.Clock.Now()
 	flushedAt := now.UTC().Format(time.RFC3339)
 	var after string
 	var through int64
@@ -244,7 +234,7 @@ func (s *Service) flushLedger(ctx context.Context, flushID string, stillIdle fun
 		if !last {
 			entries = entries[:cfg.PageSize]
 		}
-		p := DrainPayload{Event: "instance_idle", FlushID: flushID, FlushedAt: flushedAt, Page: page, Last: last,
+		p := Payload{Event: "instance_idle", FlushID: flushID, FlushedAt: flushedAt, Page: page, Last: last,
 			Ledger: make([]LedgerEntryJSON, len(entries))}
 		for i, e := range entries {
 			p.Ledger[i] = LedgerEntryJSON{IdempotentKeyHash: IdempotentKeyHash(e.UserID, e.IdempotentKey),
@@ -253,7 +243,7 @@ func (s *Service) flushLedger(ctx context.Context, flushID string, stillIdle fun
 		if !stillIdle() {
 			return sent, errNewWork
 		}
-		if err := s.postDrainPage(ctx, flushID, &p); err != nil {
+		if err := d.postPage(ctx, flushID, &p); err != nil {
 			return sent, fmt.Errorf("page %d: %w", page, err)
 		}
 		sent += len(entries)
@@ -271,7 +261,7 @@ func (s *Service) flushLedger(ctx context.Context, flushID string, stillIdle fun
 	// Every page was confirmed: clear what was handed over. Only finished
 	// jobs go; anything that started since stays.
 	for {
-		n, err := ls.DeleteFinished(ctx, through, s.cfg.PurgeBatch)
+		n, err := ls.DeleteFinished(ctx, through, d.deps.PurgeBatch)
 		if err != nil {
 			return sent, fmt.Errorf("clear ledger: %w", err)
 		}
@@ -279,38 +269,40 @@ func (s *Service) flushLedger(ctx context.Context, flushID string, stillIdle fun
 			break
 		}
 	}
-	s.proxy.reset()
+	if d.deps.Flushed != nil {
+		d.deps.Flushed()
+	}
 	return sent, nil
 }
 
-// postDrainPage POSTs one page, signed like a webhook; a 2xx confirms it.
-func (s *Service) postDrainPage(ctx context.Context, flushID string, p *DrainPayload) error {
+// postPage POSTs one page, signed like a webhook; a 2xx confirms it.
+func (d *Drainer) postPage(ctx context.Context, flushID string, p *Payload) error {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, d.deps.RequestTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.Drain.WebhookURL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.cfg.WebhookURL, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	s.d.sign(ctx, req, fmt.Sprintf("msg_drain_%s_%d", flushID, p.Page), s.cfg.Drain.WebhookURL, body)
-	resp, err := s.cfg.Doer.Do(req)
+	d.deps.Signer.Sign(ctx, req, fmt.Sprintf("msg_drain_%s_%d", flushID, p.Page), d.cfg.WebhookURL, body)
+	resp, err := d.deps.Doer.Do(req)
 	if err != nil {
-		return withoutURL(err) // the drain URL may carry a token: keep it out of /health and the log
+		return domain.WithoutURL(err) // the drain URL may carry a token: keep it out of /health and the log
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 256<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("drain webhook answered %d", resp.StatusCode)
 	}
 	return nil
 }
 
-// validateDrain checks drain mode's settings against the store.
-func validateDrain(c DrainConfig, store ports.JobStore) error {
+// Validate checks drain mode's settings against the store.
+func Validate(c Config, store ports.JobStore) error {
 	if !c.Enabled {
 		return nil
 	}
@@ -322,3 +314,49 @@ func validateDrain(c DrainConfig, store ports.JobStore) error {
 	}
 	return nil
 }
+
+// Deps is what drain mode works with.
+type Deps struct {
+	Ledger ports.LedgerStore // the store, as a ledger (Validate checks it is one)
+	Doer   ports.Doer
+	Signer Signer
+	// Idle reports whether the whole process has nothing to do.
+	Idle func(ctx context.Context) (bool, error)
+	// Flushed is called after a flush cleared the instance.
+	Flushed        func()
+	Clock          ports.Clock
+	Logger         *zap.Logger
+	RequestTimeout time.Duration // bounds one page's POST
+	PurgeBatch     int           // finished jobs deleted per transaction
+}
+
+// Signer signs a drain page like a webhook (trust.Signer).
+type Signer interface {
+	Sign(ctx context.Context, req *http.Request, msgID, target string, body []byte)
+}
+
+// Drainer is drain mode: the idle state machine and the ledger flush.
+type Drainer struct {
+	cfg  Config
+	deps Deps
+	m    *drainer
+}
+
+// New returns drain mode for cfg (cfg.Enabled must be set).
+func New(cfg Config, deps Deps) *Drainer {
+	d := &Drainer{cfg: cfg.WithDefaults(), deps: deps}
+	d.m = newDrainer(cfg, deps.Logger, deps.Idle, d.flushLedger)
+	return d
+}
+
+// Activity records new work: the state is active again.
+func (d *Drainer) Activity() { d.m.activity() }
+
+// Tick advances the state machine (call it every Config.Tick).
+func (d *Drainer) Tick(ctx context.Context) { d.m.tick(ctx, d.deps.Clock.Now()) }
+
+// Every is how often Tick should run.
+func (d *Drainer) Every() time.Duration { return d.cfg.Tick }
+
+// Health is drain mode's state for /health.
+func (d *Drainer) Health() *Health { return d.m.health() }

@@ -1,4 +1,8 @@
-package app
+// Package pool is the registry of pool members: who they are, how much they
+// can take, how much they are trusted (reputation), and which one takes the
+// next job (weighted virtual-time round robin). With a store shared by
+// several processes, membership lives in the store (Shared).
+package pool
 
 import (
 	"container/heap"
@@ -25,7 +29,7 @@ const (
 	memberConcurrencyX = 1.0             // default max in flight per member: ceil(capacity × this), at least 1
 )
 
-// pools is the registry of pool members: who they are, how much they can
+// Registry is the registry of pool members: who they are, how much they can
 // take, how much they are trusted, and which one takes the next job.
 //
 // Selection is weighted virtual-time round robin: members sit in a heap keyed
@@ -36,7 +40,7 @@ const (
 // weights, so each member receives about its own effective rate.
 //
 // All methods are safe for concurrent use.
-type pools struct {
+type Registry struct {
 	now      func() time.Time
 	onChange func(poolID string) // a pool gained capacity: wake its lane
 
@@ -82,8 +86,10 @@ type member struct {
 	failures    int64
 }
 
-func newPools(now func() time.Time, onChange func(string)) *pools {
-	return &pools{now: now, onChange: onChange, byID: map[string]*pool{}, probation: map[string]probation{}, evictedAt: map[string]time.Time{}}
+// New returns an empty registry. onChange is called (without locks held)
+// when a pool gains capacity: a member joined or freed a slot.
+func New(now func() time.Time, onChange func(string)) *Registry {
+	return &Registry{now: now, onChange: onChange, byID: map[string]*pool{}, probation: map[string]probation{}, evictedAt: map[string]time.Time{}}
 }
 
 func (m *member) maxConcurrent() int { return m.pace.MaxConcurrent() }
@@ -94,10 +100,10 @@ func (m *member) weight() float64 {
 	return max(math.Min(m.declared, m.pace.RPS())*m.reputation, minWeight)
 }
 
-// register adds a member or, for a known one, records a heartbeat: address,
-// capacity and interval are overwritten, reputation ×1.1. It reports whether
+// Register adds a member or, for a known one, records a heartbeat: address,
+// Capacity and interval are overwritten, reputation ×1.1. It reports whether
 // the member is new.
-func (p *pools) register(r *domain.MemberRegistration) bool {
+func (p *Registry) Register(r *domain.MemberRegistration) bool {
 	now := p.now()
 	p.mu.Lock()
 	pl := p.byID[r.PoolID]
@@ -139,8 +145,8 @@ func memberConcurrency(capacity float64) int {
 	return max(1, int(math.Ceil(capacity*memberConcurrencyX)))
 }
 
-// leave removes a member (graceful leave). ErrNotFound if it is not there.
-func (p *pools) leave(poolID, memberID string) error {
+// Leave removes a member (graceful leave). ErrNotFound if it is not there.
+func (p *Registry) Leave(poolID, memberID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pl := p.byID[poolID]
@@ -166,10 +172,10 @@ func (pl *pool) minVpos() float64 {
 	return pl.heap[0].vpos
 }
 
-// capacity returns the pool's live ceiling: the sum of its members'
+// Capacity returns the pool's live ceiling: the sum of its members'
 // effective rates and concurrency limits (paused members excluded), and how
 // many members it has.
-func (p *pools) capacity(poolID string) (rps float64, maxConcurrent, members int) {
+func (p *Registry) Capacity(poolID string) (rps float64, maxConcurrent, members int) {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -187,12 +193,12 @@ func (p *pools) capacity(poolID string) (rps float64, maxConcurrent, members int
 	return rps, maxConcurrent, len(pl.members)
 }
 
-// pick chooses the member for the next job: the smallest virtual position
+// Pick chooses the member for the next job: the smallest virtual position
 // among members that are not paused and have a free slot, preferring anyone
 // but avoid (the member a retry just failed on). ok is false when nobody can
 // take a job now; wait then says when a pause ends (0: on a completion or a
 // registration).
-func (p *pools) pick(poolID, avoid string) (id, address string, rate float64, wait time.Duration, ok bool) {
+func (p *Registry) Pick(poolID, avoid string) (id, address string, rate float64, wait time.Duration, ok bool) {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -236,9 +242,9 @@ func (p *pools) pick(poolID, avoid string) (id, address string, rate float64, wa
 	return chosen.id, chosen.address, chosen.weight(), 0, true
 }
 
-// unpick undoes a pick whose job could not start after all (the pool's
+// Unpick undoes a pick whose job could not start after all (the pool's
 // limiter said wait).
-func (p *pools) unpick(poolID, memberID string) {
+func (p *Registry) Unpick(poolID, memberID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pl := p.byID[poolID]
@@ -253,19 +259,19 @@ func (p *pools) unpick(poolID, memberID string) {
 	}
 }
 
-// memberOutcome is what an attempt on a member found out.
-type memberOutcome struct {
-	failed   bool // transport error or 5xx: a reliability signal
-	status   int
-	signals  pacing.Signals
-	observed bool
-	deferTo  time.Time // a 429 asked the member's share to wait until then
+// Outcome is what an attempt on a member found out.
+type Outcome struct {
+	Failed   bool // transport error or 5xx: a reliability signal
+	Status   int
+	Signals  pacing.Signals
+	Observed bool
+	DeferTo  time.Time // a 429 asked the member's share to wait until then
 }
 
-// record releases the member's slot and folds the outcome into its
+// Record releases the member's slot and folds the outcome into its
 // reputation and pace (BEHAVIOR.md §9.3–§9.4): a transport error or 5xx
 // halves the reputation; any other answer, 429 included, is a success.
-func (p *pools) record(poolID, memberID string, o memberOutcome) {
+func (p *Registry) Record(poolID, memberID string, o Outcome) {
 	now := p.now()
 	p.mu.Lock()
 	pl := p.byID[poolID]
@@ -278,19 +284,19 @@ func (p *pools) record(poolID, memberID string, o memberOutcome) {
 		return // it left meanwhile
 	}
 	m.inFlight = max(m.inFlight-1, 0)
-	if o.observed {
-		m.pace.Observe(o.signals)
-		if o.signals.ResetIn > 0 {
-			m.pausedUntil = later(m.pausedUntil, now.Add(o.signals.ResetIn))
+	if o.Observed {
+		m.pace.Observe(o.Signals)
+		if o.Signals.ResetIn > 0 {
+			m.pausedUntil = later(m.pausedUntil, now.Add(o.Signals.ResetIn))
 		}
-		if o.status == 503 && o.signals.RetryAfter > 0 {
-			m.pausedUntil = later(m.pausedUntil, now.Add(o.signals.RetryAfter))
+		if o.Status == 503 && o.Signals.RetryAfter > 0 {
+			m.pausedUntil = later(m.pausedUntil, now.Add(o.Signals.RetryAfter))
 		}
 	}
-	if !o.deferTo.IsZero() {
-		m.pausedUntil = later(m.pausedUntil, o.deferTo)
+	if !o.DeferTo.IsZero() {
+		m.pausedUntil = later(m.pausedUntil, o.DeferTo)
 	}
-	if o.failed {
+	if o.Failed {
 		m.failures++
 		m.reputation *= repFailure
 		if m.reputation <= repFloor {
@@ -318,7 +324,7 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-func (p *pools) evictLocked(pl *pool, m *member, failing bool) {
+func (p *Registry) evictLocked(pl *pool, m *member, failing bool) {
 	pl.remove(m)
 	p.evictedAt[pl.id+"/"+m.id] = p.now()
 	if failing {
@@ -331,13 +337,13 @@ func (p *pools) evictLocked(pl *pool, m *member, failing bool) {
 	}
 }
 
-// sweep evicts members that missed three heartbeats in a row, and members
+// Sweep evicts members that missed three heartbeats in a row, and members
 // that have sat at the reputation floor for floorEvictAfter without a single
 // success (the original needed yet another failure to notice, so an idle
 // broken member lingered forever). It returns the evictions.
 // With a shared store, only pools whose lane this process holds are swept
 // (holds); the others' state is the holder's.
-func (p *pools) sweep(holds func(domain.UpstreamKey) bool) []string {
+func (p *Registry) Sweep(holds func(domain.UpstreamKey) bool) []string {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -390,19 +396,19 @@ type MemberHealth struct {
 	Failures       int64   `json:"failures"`
 }
 
-// PoolHealth describes one pool.
-type PoolHealth struct {
+// Health describes one pool.
+type Health struct {
 	Members          []MemberHealth `json:"members"`
 	TotalCapacityRPS float64        `json:"total_capacity_rps"` // Σ effective rates: the pool's live ceiling
 }
 
-func (p *pools) snapshot() map[string]PoolHealth {
+func (p *Registry) Snapshot() map[string]Health {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]PoolHealth, len(p.byID))
+	out := make(map[string]Health, len(p.byID))
 	for id, pl := range p.byID {
-		ph := PoolHealth{Members: []MemberHealth{}}
+		ph := Health{Members: []MemberHealth{}}
 		for _, m := range pl.members {
 			paused := now.Before(m.pausedUntil)
 			mh := MemberHealth{ID: m.id, Address: domain.RedactURL(m.address), DeclaredRPS: m.declared,

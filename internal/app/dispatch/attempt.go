@@ -1,4 +1,4 @@
-package app
+package dispatch
 
 import (
 	"bytes"
@@ -17,9 +17,10 @@ import (
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// drainLimit is how much of an over-long response body is read and discarded
-// so the connection can be reused; beyond it the connection is closed.
-const drainLimit = 256 << 10
+// DrainLimit is how much of an over-long or unwanted response body is read
+// and discarded so the connection can be reused; beyond it the connection
+// is closed.
+const DrainLimit = 256 << 10
 
 type outcomeKind int
 
@@ -85,7 +86,7 @@ func (o *outcome) report(ar attemptResult) *outcome {
 // deferral decides whether a 429 defers the work (backpressure, not
 // failure) and until when: the answer's Retry-After, else its rate-limit
 // reset, else the retry backoff for the n-th deferral.
-func (d *dispatcher) deferral(ar attemptResult, deferrals int) (time.Time, bool) {
+func (d *Dispatcher) deferral(ar attemptResult, deferrals int) (time.Time, bool) {
 	if ar.status() != http.StatusTooManyRequests || deferrals >= d.cfg.MaxDeferrals {
 		return time.Time{}, false
 	}
@@ -98,7 +99,7 @@ func (d *dispatcher) deferral(ar attemptResult, deferrals int) (time.Time, bool)
 
 // retryDelay is the wait before the next attempt after attempt n: the retry
 // backoff, or longer if the answer said so (Retry-After on a 503).
-func (d *dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
+func (d *Dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
 	return max(d.cfg.Retry.Delay(n), ar.signals.RetryAfter)
 }
 
@@ -108,7 +109,7 @@ func (d *dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
 //
 // For pool work, member is the chosen member and target its address. For a
 // dispatch the caller has already marked j executing (beginDispatch).
-func (d *dispatcher) startAttempt(l *lane, queue domain.QueueKey, j *domain.Job, flowRate []string, member, target string, probe bool) {
+func (d *Dispatcher) startAttempt(l *lane, queue domain.QueueKey, j *domain.Job, flowRate []string, member, target string, probe bool) {
 	dispatching := j.Phase() == domain.PhaseDispatch
 	d.attemptsWG.Add(1)
 	d.workers.run(func() {
@@ -119,7 +120,7 @@ func (d *dispatcher) startAttempt(l *lane, queue domain.QueueKey, j *domain.Job,
 				target = j.URL
 			}
 			o = d.dispatchAttempt(l.outage, j, flowRate, target, probe)
-			d.endDispatch(j.ID)
+			d.EndDispatch(j.ID)
 		} else {
 			o = d.deliverAttempt(l.outage, j, flowRate, probe)
 		}
@@ -134,7 +135,7 @@ func (d *dispatcher) startAttempt(l *lane, queue domain.QueueKey, j *domain.Job,
 // startHoldExpiry fails j, which has waited longer than the outage hold
 // allows for a destination that is down, without sending anything, and
 // reports to l. For a dispatch the caller has already marked j executing.
-func (d *dispatcher) startHoldExpiry(l *lane, queue domain.QueueKey, j *domain.Job, lastError string) {
+func (d *Dispatcher) startHoldExpiry(l *lane, queue domain.QueueKey, j *domain.Job, lastError string) {
 	d.attemptsWG.Add(1)
 	d.workers.run(func() {
 		defer d.attemptsWG.Done()
@@ -143,7 +144,7 @@ func (d *dispatcher) startHoldExpiry(l *lane, queue domain.QueueKey, j *domain.J
 			zap.String("upstream", string(l.upstream)), zap.Duration("max_outage_hold", d.cfg.Outage.MaxHold))
 		if j.Phase() == domain.PhaseDispatch {
 			d.finish(j, domain.StatusFailed, j.Attempts, res)
-			d.endDispatch(j.ID)
+			d.EndDispatch(j.ID)
 		} else {
 			d.finishDelivery(j, false, j.Delivery.Attempts, res)
 		}
@@ -156,7 +157,7 @@ func (d *dispatcher) startHoldExpiry(l *lane, queue domain.QueueKey, j *domain.J
 
 // dispatchAttempt sends j's request once and records what came of it. A
 // panic anywhere in here fails this job only; the lane keeps going.
-func (d *dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []string, target string, probe bool) (o *outcome) {
+func (d *Dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []string, target string, probe bool) (o *outcome) {
 	n := j.Attempts + 1
 	defer func() {
 		if p := recover(); p != nil {
@@ -168,11 +169,9 @@ func (d *dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []s
 	started := d.cfg.Clock.Now()
 	stopMark := d.markInFlightLater(j, started)
 	if n == 1 && j.Deferrals == 0 {
-		d.publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: n})
+		d.events.Publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: n})
 	}
-	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) {
-		return buildRequest(d.policyCtx(ctx, j), j, target)
-	})
+	ar := d.send(func(ctx context.Context) (*http.Response, error) { return d.Exchange(ctx, j, target, flowRate) })
 	stopMark()
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
@@ -219,7 +218,7 @@ func (d *dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []s
 // builds the outcome that tells its lane so. A failed write is retried
 // (persist); if the dispatcher stops first the attempt is abandoned and the
 // store's copy runs again after restart.
-func (d *dispatcher) requeue(j *domain.Job, phase domain.Phase, attempts, deferrals int, ar attemptResult,
+func (d *Dispatcher) requeue(j *domain.Job, phase domain.Phase, attempts, deferrals int, ar attemptResult,
 	kind outcomeKind, at time.Time) *outcome {
 	p := &ports.RequeueParams{ID: j.ID, Seq: j.Seq, Phase: phase, Attempts: attempts, Deferrals: deferrals,
 		Response: ar.status(), Reason: ar.result.Reason, Now: d.cfg.Clock.Now()}
@@ -244,7 +243,7 @@ func (d *dispatcher) requeue(j *domain.Job, phase domain.Phase, attempts, deferr
 // deliverAttempt POSTs j's result to its webhook_url once. Retries and
 // deferrals follow the same rules as dispatch: 5xx and transport errors are
 // retried; a 429 defers.
-func (d *dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []string, probe bool) (o *outcome) {
+func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []string, probe bool) (o *outcome) {
 	n := j.Delivery.Attempts + 1
 	log := d.log.With(zap.String("job_id", string(j.ID)))
 	defer func() {
@@ -259,14 +258,15 @@ func (d *dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 		d.finishDelivery(j, false, n, &domain.Result{Reason: "encoding payload: " + err.Error()})
 		return &outcome{job: j, kind: outcomeDone}
 	}
-	ar := d.send(flowRate, func(ctx context.Context) (*http.Request, error) {
+	ar := d.send(func(ctx context.Context) (*http.Response, error) {
 		ctx = d.policyCtx(ctx, j)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.WebhookURL, bytes.NewReader(body))
-		if err == nil {
-			req.Header.Set("Content-Type", "application/json")
-			d.signDelivery(ctx, req, j, body)
+		if err != nil {
+			return nil, &requestError{err}
 		}
-		return req, err
+		req.Header.Set("Content-Type", "application/json")
+		d.signer.SignDelivery(ctx, req, j, body)
+		return d.do(req, flowRate)
 	})
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
@@ -307,16 +307,15 @@ func (d *dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 // errors are retryable, any other response is final (a 429 is the caller's
 // to interpret). Every request carries the load headers and asks for ORCA
 // load reports; every response's pacing signals are parsed.
-func (d *dispatcher) send(flowRate []string, build func(ctx context.Context) (*http.Request, error)) attemptResult {
+func (d *Dispatcher) send(exchange func(ctx context.Context) (*http.Response, error)) attemptResult {
 	ctx, cancel := context.WithTimeout(d.runCtx, d.cfg.RequestTimeout)
 	defer cancel()
-	req, err := build(ctx)
+	resp, err := exchange(ctx)
 	if err != nil {
-		return attemptResult{result: &domain.Result{Reason: fmt.Sprintf("building request: %v", err)}, retryable: true}
-	}
-	d.decorate(req, flowRate)
-	resp, err := d.cfg.Doer.Do(req)
-	if err != nil {
+		var re *requestError
+		if errors.As(err, &re) {
+			return attemptResult{result: &domain.Result{Reason: fmt.Sprintf("building request: %v", re.err)}, retryable: true}
+		}
 		var denied *domain.DestinationDeniedError
 		if errors.As(err, &denied) {
 			// The destination resolved to an address the rules forbid: no
@@ -348,6 +347,34 @@ func (d *dispatcher) send(flowRate []string, build func(ctx context.Context) (*h
 	return ar
 }
 
+// Exchange sends j's request to target once and returns the response for
+// the caller to read and close: the one way a job's request goes out (lanes
+// read it through send; the edge proxy relays it as it arrives). ctx bounds
+// the exchange and carries j's tenant's destination policy to the Doer;
+// flowRate is the load-header rate. An error is either the destination
+// rules refusing the connection (*domain.DestinationDeniedError), a request
+// that could not be built from the job, or a transport error.
+func (d *Dispatcher) Exchange(ctx context.Context, j *domain.Job, target string, flowRate []string) (*http.Response, error) {
+	req, err := buildRequest(d.policyCtx(ctx, j), j, target)
+	if err != nil {
+		return nil, &requestError{err}
+	}
+	return d.do(req, flowRate)
+}
+
+// do adds the load headers to req and sends it.
+func (d *Dispatcher) do(req *http.Request, flowRate []string) (*http.Response, error) {
+	d.decorate(req, flowRate)
+	return d.cfg.Doer.Do(req)
+}
+
+// requestError is a job whose request could not be built (a URL or header
+// the client refuses).
+type requestError struct{ err error }
+
+func (e *requestError) Error() string { return "building request: " + e.err.Error() }
+func (e *requestError) Unwrap() error { return e.err }
+
 // Headers Aquifer adds to every outbound request (BEHAVIOR.md §12.1, §13).
 const (
 	hdrORCAFormat = "Endpoint-Load-Metrics-Format"
@@ -365,11 +392,11 @@ var orcaFormatValue = []string{orcaFormat}
 // decorate adds the load headers (in both namespaces) and the ORCA format
 // request, unless the job set that one itself. The values are preformatted
 // slices shared by every request: net/http only reads them.
-func (d *dispatcher) decorate(req *http.Request, flowRate []string) {
-	l := d.load.snapshot()
+func (d *Dispatcher) decorate(req *http.Request, flowRate []string) {
+	l := d.load.Snapshot()
 	for _, names := range loadHeaders {
-		req.Header[names[0]] = l.totalText
-		req.Header[names[1]] = l.depthText
+		req.Header[names[0]] = l.TotalText
+		req.Header[names[1]] = l.DepthText
 		req.Header[names[2]] = flowRate
 	}
 	if _, ok := req.Header[hdrORCAFormat]; !ok {
@@ -379,11 +406,8 @@ func (d *dispatcher) decorate(req *http.Request, flowRate []string) {
 
 // policyCtx returns ctx carrying the destination policy of j's tenant
 // (the global policy applies otherwise).
-func (d *dispatcher) policyCtx(ctx context.Context, j *domain.Job) context.Context {
-	if d.tenants == nil {
-		return ctx
-	}
-	return domain.WithDestinationPolicy(ctx, d.tenants.policy(domain.TenantOfJob(j)))
+func (d *Dispatcher) policyCtx(ctx context.Context, j *domain.Job) context.Context {
+	return domain.WithDestinationPolicy(ctx, d.tenants.Policy(domain.TenantOfJob(j)))
 }
 
 // buildRequest makes the outbound request for one attempt of j to target.
@@ -407,10 +431,10 @@ func buildRequest(ctx context.Context, j *domain.Job, target string) (*http.Requ
 }
 
 // transportReason says why an exchange failed without a response: the
-// operation and the address (never the URL, see withoutURL), prefixed with
+// operation and the address (never the URL, see domain.WithoutURL), prefixed with
 // "request timed out: " when the attempt's deadline passed.
 func transportReason(err error, ctx context.Context) string {
-	msg := withoutURL(err).Error()
+	msg := domain.WithoutURL(err).Error()
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return "request timed out: " + msg
 	}
@@ -445,16 +469,16 @@ func readLimited(r io.Reader, size, limit int64) ([]byte, bool, error) {
 	if int64(len(body)) <= limit {
 		return body, false, nil
 	}
-	_, _ = io.CopyN(io.Discard, r, drainLimit)
+	_, _ = io.CopyN(io.Discard, r, DrainLimit)
 	return body[:limit], true, nil
 }
 
 // markInFlightLater records the attempt in the store only if it is still
-// running after PersistInFlightAfter. This instance knows what it is running
+// Running after PersistInFlightAfter. This instance knows what it is running
 // (Service.Get reports it); the store copy exists for attempts long enough to
 // matter to the stale-job sweep and to other readers, and skipping it for
 // quick attempts saves two writes per job. The returned func cancels it.
-func (d *dispatcher) markInFlightLater(j *domain.Job, at time.Time) (stop func()) {
+func (d *Dispatcher) markInFlightLater(j *domain.Job, at time.Time) (stop func()) {
 	id, seq := j.ID, j.Seq
 	mark := func() {
 		if err := d.cfg.Store.MarkInFlight(d.runCtx, &ports.MarkInFlightParams{ID: id, Seq: seq, At: at}); err != nil && d.runCtx.Err() == nil {
@@ -473,18 +497,18 @@ func (d *dispatcher) markInFlightLater(j *domain.Job, at time.Time) (stop func()
 // due in the receiver's lane in the same transaction, and tells subscribers.
 // A failed write is retried until it commits (persist): the job stays
 // executing meanwhile, so it is not sent again.
-func (d *dispatcher) finish(j *domain.Job, status domain.Status, attempts int, res *domain.Result) {
+func (d *Dispatcher) finish(j *domain.Job, status domain.Status, attempts int, res *domain.Result) {
 	err := persist(d.loopCtx, d.cfg.Clock, d.log, "job result", j.ID, func(ctx context.Context) error {
-		return d.commitFinish(ctx, j, status, attempts, res)
+		return d.CommitFinish(ctx, j, status, attempts, res)
 	})
 	if errors.Is(err, domain.ErrNotFound) {
 		d.log.Info("job vanished before it finished (expired)", zap.String("job_id", string(j.ID)))
 	}
 }
 
-// commitFinish records j's end in the store, tells subscribers, and hands a
+// CommitFinish records j's end in the store, tells subscribers, and hands a
 // due webhook delivery to the receiver's lane.
-func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status domain.Status, attempts int, res *domain.Result) error {
+func (d *Dispatcher) CommitFinish(ctx context.Context, j *domain.Job, status domain.Status, attempts int, res *domain.Result) error {
 	if res == nil {
 		res = &domain.Result{}
 	}
@@ -506,10 +530,8 @@ func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status dom
 		ev = domain.EventFailed
 	}
 	d.cfg.Metrics.JobFinished(string(j.Upstream()), string(status))
-	if d.tenants != nil {
-		d.tenants.finished(domain.TenantOfJob(j))
-	}
-	d.publish(domain.Event{Type: ev, JobID: j.ID, Attempt: attempts, Result: res})
+	d.tenants.Finished(domain.TenantOfJob(j))
+	d.events.Publish(domain.Event{Type: ev, JobID: j.ID, Attempt: attempts, Result: res})
 	if readySeq > 0 {
 		// Hand the delivery to the receiver's lane. A copy: the lane that ran
 		// the dispatch still identifies j by its old ReadySeq.
@@ -517,14 +539,14 @@ func (d *dispatcher) commitFinish(ctx context.Context, j *domain.Job, status dom
 		next.Status, next.Attempts, next.Result, next.UpdatedAt = status, attempts, res, now
 		next.ReadyQueue, next.ReadySeq = deliverIn, readySeq
 		next.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
-		d.offer(&next)
+		d.Offer(&next)
 	}
 	return nil
 }
 
 // finishDelivery records the end of j's webhook delivery. A failed write is
 // retried until it commits (persist), so the webhook is not sent again.
-func (d *dispatcher) finishDelivery(j *domain.Job, delivered bool, attempts int, res *domain.Result) {
+func (d *Dispatcher) finishDelivery(j *domain.Job, delivered bool, attempts int, res *domain.Result) {
 	if res == nil {
 		res = &domain.Result{}
 	}

@@ -1,4 +1,9 @@
-package app
+// Package trust signs webhook deliveries and keeps the receivers that
+// proved their identity: Standard Webhooks signatures (v1 with the shared
+// secrets, v1a with Aquifer's key) on every delivery, and L8 signatures for
+// receivers that completed the handshake (BEHAVIOR.md §23), which it runs
+// once per receiver. It also answers other parties' L8 challenges.
+package trust
 
 import (
 	"bytes"
@@ -20,20 +25,12 @@ import (
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// TrustStore keeps the receivers that proved their L8 identity
-// (l8.FileTrust is the default). Get returns l8.ErrNoTrust for unknown or
-// revoked receivers.
-type TrustStore interface {
-	Get(domain string) (*l8.Trust, error)
-	Put(t *l8.Trust) error
-}
-
-// L8Config turns on signed webhook deliveries.
-type L8Config struct {
+// Config turns on signed webhook deliveries.
+type Config struct {
 	// Identity is Aquifer's key pair; nil disables signing altogether.
 	Identity *l8.Identity
 	// Trust stores trusted receivers; nil keeps trust in memory only.
-	Trust TrustStore
+	Trust ports.TrustStore
 	// MissTTL is how long a receiver that does not speak L8 (or failed the
 	// handshake) is left alone before it is probed again. Default 10m.
 	MissTTL time.Duration
@@ -44,7 +41,7 @@ type L8Config struct {
 // trustManager establishes and remembers trust with webhook receivers
 // (BEHAVIOR.md §23.3), once per receiver at a time.
 type trustManager struct {
-	cfg   L8Config
+	cfg   Config
 	doer  ports.Doer
 	clock ports.Clock
 	log   *zap.Logger
@@ -54,7 +51,7 @@ type trustManager struct {
 	inflight map[string]chan struct{} // domain → handshake running
 }
 
-func newTrustManager(cfg L8Config, doer ports.Doer, clock ports.Clock, log *zap.Logger) *trustManager {
+func newTrustManager(cfg Config, doer ports.Doer, clock ports.Clock, log *zap.Logger) *trustManager {
 	if cfg.MissTTL <= 0 {
 		cfg.MissTTL = 10 * time.Minute
 	}
@@ -175,7 +172,7 @@ func (tm *trustManager) exchange(ctx context.Context, method, target string, in,
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
-		return withoutURL(err)
+		return domain.WithoutURL(err)
 	}
 	req.Header.Set("Accept", "application/json")
 	if in != nil {
@@ -183,7 +180,7 @@ func (tm *trustManager) exchange(ctx context.Context, method, target string, in,
 	}
 	resp, err := tm.doer.Do(req)
 	if err != nil {
-		return withoutURL(err)
+		return domain.WithoutURL(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -215,49 +212,65 @@ func (t *memTrust) Put(tr *l8.Trust) error {
 	return nil
 }
 
-// signDelivery adds the signatures to a webhook delivery: Standard Webhooks
+// Signer signs outbound webhook requests: deliveries with their tenant's
+// secrets (or the global ones), other requests (drain pages) with the global
+// ones; v1a and L8 with the identity, when there is one.
+type Signer struct {
+	id      *l8.Identity
+	secrets []l8.Secret // the global ones
+	tenants func(tenant string) []l8.Secret
+	trust   *trustManager // nil without an identity
+	clock   ports.Clock
+	nonces  *l8.Nonces // challenge nonces answered recently
+}
+
+// NewSigner returns the signer for cfg. secrets are the global v1 secrets;
+// tenantSecrets returns a tenant's own (none: the global ones apply).
+func NewSigner(cfg Config, secrets []l8.Secret, tenantSecrets func(string) []l8.Secret, doer ports.Doer,
+	clock ports.Clock, log *zap.Logger) *Signer {
+	s := &Signer{id: cfg.Identity, secrets: secrets, tenants: tenantSecrets, clock: clock,
+		nonces: l8.NewNonces(maxChallengeNonces)}
+	if cfg.Identity != nil {
+		s.trust = newTrustManager(cfg, doer, clock, log)
+	}
+	return s
+}
+
+// SignDelivery adds the signatures to a webhook delivery: Standard Webhooks
 // (webhook-id is the job id, stable across retries) with the job's
 // tenant's secrets or else the global ones, and, with an identity, v1a and
 // L8 when the receiver is trusted (a new delivery id per attempt).
-func (d *dispatcher) signDelivery(ctx context.Context, req *http.Request, j *domain.Job, body []byte) {
-	d.signWith(ctx, req, "msg_"+string(j.ID), j.WebhookURL, body, d.webhookSecrets(domain.TenantOfJob(j)))
+func (s *Signer) SignDelivery(ctx context.Context, req *http.Request, j *domain.Job, body []byte) {
+	secrets := s.secrets
+	if own := s.tenants(domain.TenantOfJob(j)); len(own) > 0 {
+		secrets = own
+	}
+	s.sign(ctx, req, "msg_"+string(j.ID), j.WebhookURL, body, secrets)
 }
 
-// sign adds the signatures of a request that belongs to no tenant (a drain
+// Sign adds the signatures of a request that belongs to no tenant (a drain
 // page): Standard Webhooks with the global secrets, v1a and L8 as for
 // deliveries.
-func (d *dispatcher) sign(ctx context.Context, req *http.Request, msgID, target string, body []byte) {
-	d.signWith(ctx, req, msgID, target, body, d.cfg.WebhookSecrets)
+func (s *Signer) Sign(ctx context.Context, req *http.Request, msgID, target string, body []byte) {
+	s.sign(ctx, req, msgID, target, body, s.secrets)
 }
 
-// signWith sets the Standard Webhooks headers (webhook-id msgID): a v1
+// sign sets the Standard Webhooks headers (webhook-id msgID): a v1
 // signature per secret and, with an identity, v1a; then the L8 headers if
 // the receiver at target is trusted. With neither secrets nor identity the
 // request goes unsigned.
-func (d *dispatcher) signWith(ctx context.Context, req *http.Request, msgID, target string, body []byte, secrets []l8.Secret) {
-	now := d.cfg.Clock.Now()
-	id := d.cfg.L8.Identity
-	if !l8.SignStandardHeaders(req.Header, msgID, body, now, secrets, id) || d.trust == nil {
+func (s *Signer) sign(ctx context.Context, req *http.Request, msgID, target string, body []byte, secrets []l8.Secret) {
+	now := s.clock.Now()
+	if !l8.SignStandardHeaders(req.Header, msgID, body, now, secrets, s.id) || s.trust == nil {
 		return
 	}
-	if d.trust.trusted(ctx, target) {
-		id.SignL8(req.Header, body, now)
+	if s.trust.trusted(ctx, target) {
+		s.id.SignL8(req.Header, body, now)
 	}
 }
 
-// webhookSecrets are the v1 secrets of a tenant's deliveries: its own, or
-// the global ones when it has none (or for jobs of no tenant).
-func (d *dispatcher) webhookSecrets(tenant string) []l8.Secret {
-	if d.tenants != nil && tenant != "" {
-		if s := d.tenants.byName[tenant].WebhookSecrets; len(s) > 0 {
-			return s
-		}
-	}
-	return d.cfg.WebhookSecrets
-}
-
-// validateSecrets reports zero secrets in a list.
-func validateSecrets(where string, secrets []l8.Secret) []error {
+// ValidateSecrets reports zero secrets in a list.
+func ValidateSecrets(where string, secrets []l8.Secret) []error {
 	var errs []error
 	for i, s := range secrets {
 		if s.IsZero() {
@@ -267,29 +280,35 @@ func validateSecrets(where string, secrets []l8.Secret) []error {
 	return errs
 }
 
-// L8Metadata is the discovery document for /.well-known/l8 (nil when L8 is
-// off).
-func (s *Service) L8Metadata() *l8.Metadata {
-	if s.cfg.L8.Identity == nil {
+// Metadata is the discovery document for /.well-known/l8 (nil without an
+// identity).
+func (s *Signer) Metadata() *l8.Metadata {
+	if s.id == nil {
 		return nil
 	}
-	m := s.cfg.L8.Identity.Metadata()
+	m := s.id.Metadata()
 	return &m
 }
 
-// L8Challenge answers another party's challenge (BEHAVIOR.md §23.4).
+// Answer answers another party's challenge (BEHAVIOR.md §23.4).
 // Rejections are domain.CodeInvalid errors with the protocol's messages.
-func (s *Service) L8Challenge(_ context.Context, c *l8.ChallengeRequest) (*l8.ChallengeResponse, error) {
-	if s.cfg.L8.Identity == nil {
+func (s *Signer) Answer(c *l8.ChallengeRequest) (*l8.ChallengeResponse, error) {
+	if s.id == nil {
 		return nil, &domain.Error{Code: domain.CodeNotFound, Message: "L8 is not enabled"}
 	}
-	resp, err := s.cfg.L8.Identity.Answer(c, s.cfg.Clock.Now(), s.nonces)
+	resp, err := s.id.Answer(c, s.clock.Now(), s.nonces)
 	var ce *l8.ChallengeError
 	if errors.As(err, &ce) {
 		return nil, domain.Invalid("", "%s", ce.Message)
 	}
 	return resp, err
 }
+
+// SweepNonces forgets challenge nonces that can no longer be replayed.
+func (s *Signer) SweepNonces() { s.nonces.Sweep(s.clock.Now()) }
+
+// Identity is Aquifer's key pair (nil: no L8).
+func (s *Signer) Identity() *l8.Identity { return s.id }
 
 // maxChallengeNonces bounds the nonces remembered for /l8/challenge; when it
 // is full of live nonces new challenges are refused until some expire.

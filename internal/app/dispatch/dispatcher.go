@@ -1,4 +1,4 @@
-package app
+package dispatch
 
 import (
 	"context"
@@ -10,20 +10,28 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/pacing"
+	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// dispatcher owns the lanes: it creates them on first use, starts and stops
+// Dispatcher owns the lanes: it creates them on first use, starts and stops
 // them, and collects idle ones. Lanes learn about new work only through
-// notify; they read the work itself from the store.
-type dispatcher struct {
+// Notify and Offer; they read the work itself from the store.
+type Dispatcher struct {
 	cfg     Config
 	log     *zap.Logger
-	broker  *Broker
-	load    *loadGauge
-	pools   *pools
-	trust   *trustManager // nil when deliveries are not signed
-	cluster *clusterState // nil unless the store is shared by several processes
-	tenants *tenancy      // nil without API-key tenants
+	owner   Ownership
+	events  Publisher
+	pools   Pools
+	tenants Tenants
+	signer  Signer
+	load    LoadSource
+	// clustered: lanes start inactive and dispatch only once Ownership
+	// has them activated (SetActive).
+	clustered bool
+
+	// modes holds each upstream's account-queue mode (true: one queue per
+	// tenant). It lives as long as the process, not the lane.
+	modes sync.Map // domain.UpstreamKey → bool
 
 	mu       sync.RWMutex // guards lanes, started, stopping
 	lanes    map[domain.UpstreamKey]*lane
@@ -48,6 +56,9 @@ type dispatcher struct {
 	canceled map[domain.JobID]time.Time
 }
 
+// ErrAlreadyDispatched refuses to cancel a job whose request is being sent.
+var ErrAlreadyDispatched = &domain.Error{Code: domain.CodeConflict, Message: "job already dispatched: its request is being sent; it cannot be canceled"}
+
 // cancelHold is how long a cancelled job's id is remembered after its
 // cancellation committed: longer than any store read that could have
 // fetched it before. Lanes drop buffered copies at once (dropCanceled).
@@ -59,30 +70,55 @@ type execInfo struct {
 	seq  int64
 }
 
-func newDispatcher(cfg Config, broker *Broker, cluster *clusterState) *dispatcher {
-	d := &dispatcher{
-		cluster:   cluster,
+// New returns a dispatcher; Start starts its lanes. cfg is completed with
+// its defaults; deps fields left nil get null objects (one process, no
+// pools, no tenants, unsigned deliveries, zero load), so tests need only
+// what they exercise.
+func New(cfg Config, deps Deps) *Dispatcher {
+	cfg = cfg.WithDefaults()
+	d := &Dispatcher{
 		cfg:       cfg,
 		log:       cfg.Logger.Named("dispatch"),
-		broker:    broker,
+		owner:     deps.Owner,
+		events:    deps.Events,
+		pools:     deps.Pools,
+		tenants:   deps.Tenants,
+		signer:    deps.Signer,
+		load:      deps.Load,
+		clustered: deps.Owner != nil,
 		lanes:     make(map[domain.UpstreamKey]*lane),
 		executing: make(map[domain.JobID]execInfo),
 		canceled:  make(map[domain.JobID]time.Time),
 		workers:   newWorkers(30 * time.Second),
 	}
-	if cfg.L8.Identity != nil {
-		d.trust = newTrustManager(cfg.L8, cfg.Doer, cfg.Clock, d.log)
+	if d.owner == nil {
+		d.owner = SingleProcess{}
+	}
+	if d.events == nil {
+		d.events = noEvents{}
+	}
+	if d.pools == nil {
+		d.pools = noPools{}
+	}
+	if d.tenants == nil {
+		d.tenants = noTenants{}
+	}
+	if d.signer == nil {
+		d.signer = noSigner{}
+	}
+	if d.load == nil {
+		d.load = noLoad{}
 	}
 	d.loopCtx, d.stopLoops = context.WithCancel(context.Background())
 	d.runCtx, d.abortRuns = context.WithCancel(context.Background())
 	return d
 }
 
-// notify tells the lane of key's upstream that the store may hold ready
+// Notify tells the lane of key's upstream that the store may hold ready
 // work for key it has not read, creating the lane if needed. rewind makes it
 // re-read from the start, for work put back behind its cursor.
-func (d *dispatcher) notify(key domain.QueueKey, rewind bool) {
-	if !d.holds(key.Upstream()) {
+func (d *Dispatcher) Notify(key domain.QueueKey, rewind bool) {
+	if !d.owner.Holds(key.Upstream()) {
 		return // another process dispatches it (or will, when it takes the lease)
 	}
 	d.mu.Lock()
@@ -93,9 +129,9 @@ func (d *dispatcher) notify(key domain.QueueKey, rewind bool) {
 	d.laneLocked(key.Upstream()).signal(key, rewind, math.MaxInt64)
 }
 
-// notifyFrom tells key's lane to read its queue again from after floor
+// NotifyFrom tells key's lane to read its queue again from after floor
 // (work another process committed there).
-func (d *dispatcher) notifyFrom(key domain.QueueKey, floor int64) {
+func (d *Dispatcher) NotifyFrom(key domain.QueueKey, floor int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
@@ -104,15 +140,15 @@ func (d *dispatcher) notifyFrom(key domain.QueueKey, floor int64) {
 	d.laneLocked(key.Upstream()).signal(key, false, floor)
 }
 
-// hasLane reports whether u has a lane in this process.
-func (d *dispatcher) hasLane(u domain.UpstreamKey) bool {
+// HasLane reports whether u has a lane in this process.
+func (d *Dispatcher) HasLane(u domain.UpstreamKey) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.lanes[u] != nil
 }
 
-// running is how many attempts u's lane has running.
-func (d *dispatcher) running(u domain.UpstreamKey) int {
+// Running is how many attempts u's lane has running.
+func (d *Dispatcher) Running(u domain.UpstreamKey) int {
 	d.mu.RLock()
 	l := d.lanes[u]
 	d.mu.RUnlock()
@@ -122,12 +158,12 @@ func (d *dispatcher) running(u domain.UpstreamKey) int {
 	return l.stats().InFlight
 }
 
-// offer hands just-committed work to its lane. If the lane's buffer is full
+// Offer hands just-committed work to its lane. If the lane's buffer is full
 // the lane reads it from the store instead.
-func (d *dispatcher) offer(j *domain.Job) {
+func (d *Dispatcher) Offer(j *domain.Job) {
 	u := j.ReadyQueue.Upstream()
-	if !d.holds(u) {
-		d.workElsewhere(j)
+	if !d.owner.Holds(u) {
+		d.owner.WorkElsewhere(j)
 		return
 	}
 	d.mu.RLock()
@@ -160,12 +196,12 @@ func (d *dispatcher) offer(j *domain.Job) {
 	}
 }
 
-// requeueHeld makes a job that was held back from its lane (a proxy direct
+// RequeueHeld makes a job that was held back from its lane (a proxy direct
 // attempt that did not work out) available to it again: the lane re-reads
 // its queue from the job on.
-func (d *dispatcher) requeueHeld(j *domain.Job) {
-	if !d.holds(j.ReadyQueue.Upstream()) {
-		d.workElsewhere(j)
+func (d *Dispatcher) RequeueHeld(j *domain.Job) {
+	if !d.owner.Holds(j.ReadyQueue.Upstream()) {
+		d.owner.WorkElsewhere(j)
 		return
 	}
 	d.mu.Lock()
@@ -176,26 +212,26 @@ func (d *dispatcher) requeueHeld(j *domain.Job) {
 	d.laneLocked(j.ReadyQueue.Upstream()).signal(j.ReadyQueue, false, j.ReadySeq-1)
 }
 
-// busy reports whether upstream has work in this process: queued, waiting
+// Busy reports whether upstream has work in this process: queued, waiting
 // to retry, running, or just handed over.
-func (d *dispatcher) busy(u domain.UpstreamKey) bool {
+func (d *Dispatcher) Busy(u domain.UpstreamKey) bool {
 	d.mu.RLock()
 	l := d.lanes[u]
 	d.mu.RUnlock()
 	return l != nil && l.busy()
 }
 
-// down reports whether u's lane has found its destination down (its
+// Down reports whether u's lane has found its destination down (its
 // outage circuit is not closed).
-func (d *dispatcher) down(u domain.UpstreamKey) bool {
+func (d *Dispatcher) Down(u domain.UpstreamKey) bool {
 	d.mu.RLock()
 	l := d.lanes[u]
 	d.mu.RUnlock()
 	return l != nil && l.outage.stats().State != pacing.CircuitClosed
 }
 
-// anyBusy reports whether any lane has work.
-func (d *dispatcher) anyBusy() bool {
+// AnyBusy reports whether any lane has work.
+func (d *Dispatcher) AnyBusy() bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, l := range d.lanes {
@@ -206,11 +242,11 @@ func (d *dispatcher) anyBusy() bool {
 	return false
 }
 
-// observe passes a response obtained outside the lanes (a proxy direct
+// Observe passes a response obtained outside the lanes (a proxy direct
 // attempt) to upstream's lane, so its pacing signals count. It never blocks:
 // under a flood of them some are dropped, which only delays adaptation.
-func (d *dispatcher) observe(key domain.QueueKey, status int, sig pacing.Signals) {
-	if !d.holds(key.Upstream()) {
+func (d *Dispatcher) Observe(key domain.QueueKey, status int, sig pacing.Signals) {
+	if !d.owner.Holds(key.Upstream()) {
 		return // the holder paces it
 	}
 	d.mu.Lock()
@@ -226,7 +262,7 @@ func (d *dispatcher) observe(key domain.QueueKey, status int, sig pacing.Signals
 	}
 }
 
-func (d *dispatcher) laneLocked(u domain.UpstreamKey) *lane {
+func (d *Dispatcher) laneLocked(u domain.UpstreamKey) *lane {
 	l := d.lanes[u]
 	if l == nil {
 		l = newLane(d, u)
@@ -238,8 +274,8 @@ func (d *dispatcher) laneLocked(u domain.UpstreamKey) *lane {
 	return l
 }
 
-// poolChanged wakes a pool's lane: a member registered or freed a slot.
-func (d *dispatcher) poolChanged(poolID string) {
+// PoolChanged wakes a pool's lane: a member registered or freed a slot.
+func (d *Dispatcher) PoolChanged(poolID string) {
 	d.mu.RLock()
 	l := d.lanes[domain.PoolUpstream(poolID)]
 	d.mu.RUnlock()
@@ -248,9 +284,9 @@ func (d *dispatcher) poolChanged(poolID string) {
 	}
 }
 
-// flowRate is the current rate of u's lane, or its configured ceiling when
+// FlowRate is the current rate of u's lane, or its configured ceiling when
 // it has no lane.
-func (d *dispatcher) flowRate(u domain.UpstreamKey) float64 {
+func (d *Dispatcher) FlowRate(u domain.UpstreamKey) float64 {
 	d.mu.RLock()
 	l := d.lanes[u]
 	d.mu.RUnlock()
@@ -260,7 +296,7 @@ func (d *dispatcher) flowRate(u domain.UpstreamKey) float64 {
 	return l.flowRate()
 }
 
-func (d *dispatcher) start() {
+func (d *Dispatcher) Start() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.started || d.stopping {
@@ -272,7 +308,7 @@ func (d *dispatcher) start() {
 	}
 }
 
-func (d *dispatcher) startLaneLocked(l *lane) {
+func (d *Dispatcher) startLaneLocked(l *lane) {
 	d.lanesWG.Add(1)
 	go func() {
 		defer d.lanesWG.Done()
@@ -280,10 +316,10 @@ func (d *dispatcher) startLaneLocked(l *lane) {
 	}()
 }
 
-// stop stops dispatching, waits for running attempts until ctx ends, then
+// Stop stops dispatching, waits for running attempts until ctx ends, then
 // aborts the rest. An aborted attempt leaves its job in_flight in the store;
 // the next start puts it back in its lane.
-func (d *dispatcher) stop(ctx context.Context) error {
+func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.mu.Lock()
 	if d.stopping {
 		d.mu.Unlock()
@@ -316,7 +352,7 @@ func (d *dispatcher) stop(ctx context.Context) error {
 // removeIfIdle drops l from the registry when nothing arrived for it since it
 // decided it was idle. Both sides hold d.mu, so a notify either reaches the
 // old lane (which then stays) or creates a new one.
-func (d *dispatcher) removeIfIdle(l *lane) bool {
+func (d *Dispatcher) removeIfIdle(l *lane) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(l.wake) > 0 || len(l.offers) > 0 || l.pendingSignals() || d.lanes[l.upstream] != l {
@@ -326,7 +362,7 @@ func (d *dispatcher) removeIfIdle(l *lane) bool {
 	return true
 }
 
-func (d *dispatcher) laneCount() int {
+func (d *Dispatcher) LaneCount() int {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return len(d.lanes)
@@ -346,7 +382,7 @@ type LaneStats struct {
 	Circuit              CircuitStats
 }
 
-func (d *dispatcher) laneStats() []LaneStats {
+func (d *Dispatcher) Stats() []LaneStats {
 	d.mu.Lock()
 	lanes := make([]*lane, 0, len(d.lanes))
 	for _, l := range d.lanes {
@@ -360,10 +396,10 @@ func (d *dispatcher) laneStats() []LaneStats {
 	return out
 }
 
-// beginDispatch marks j's dispatch attempt as running, unless j was
+// BeginDispatch marks j's dispatch attempt as running, unless j was
 // cancelled or is running already; then it reports false and j must not run. Together with
 // claimCancel, under one lock, it makes "cancelled" and "dispatched" exclusive.
-func (d *dispatcher) beginDispatch(j *domain.Job) bool {
+func (d *Dispatcher) BeginDispatch(j *domain.Job) bool {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	if _, ok := d.canceled[j.ID]; ok {
@@ -376,28 +412,28 @@ func (d *dispatcher) beginDispatch(j *domain.Job) bool {
 	return true
 }
 
-// claimCancel reserves id for cancellation: from now on no dispatch of it
+// ClaimCancel reserves id for cancellation: from now on no dispatch of it
 // starts. It fails if an attempt is already running.
-func (d *dispatcher) claimCancel(id domain.JobID) error {
+func (d *Dispatcher) ClaimCancel(id domain.JobID) error {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	if _, ok := d.executing[id]; ok {
-		return errAlreadyDispatched
+		return ErrAlreadyDispatched
 	}
 	d.canceled[id] = d.cfg.Clock.Now()
 	return nil
 }
 
-// releaseCancel undoes claimCancel when the cancellation could not be
+// ReleaseCancel undoes claimCancel when the cancellation could not be
 // recorded.
-func (d *dispatcher) releaseCancel(id domain.JobID) {
+func (d *Dispatcher) ReleaseCancel(id domain.JobID) {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	delete(d.canceled, id)
 }
 
 // isCanceled reports whether j is a dispatch of a cancelled job.
-func (d *dispatcher) isCanceled(j *domain.Job) bool {
+func (d *Dispatcher) isCanceled(j *domain.Job) bool {
 	if j.Phase() != domain.PhaseDispatch {
 		return false // its webhook delivery still goes out
 	}
@@ -407,8 +443,8 @@ func (d *dispatcher) isCanceled(j *domain.Job) bool {
 	return ok
 }
 
-// pruneCanceled forgets cancellations older than cancelHold.
-func (d *dispatcher) pruneCanceled(now time.Time) {
+// PruneCanceled forgets cancellations older than cancelHold.
+func (d *Dispatcher) PruneCanceled(now time.Time) {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	for id, at := range d.canceled {
@@ -418,10 +454,10 @@ func (d *dispatcher) pruneCanceled(now time.Time) {
 	}
 }
 
-// finishCanceled records j as cancelled and has its lane drop any copy it
+// FinishCanceled records j as cancelled and has its lane drop any copy it
 // holds.
-func (d *dispatcher) finishCanceled(ctx context.Context, j *domain.Job) error {
-	if err := d.commitFinish(ctx, j, domain.StatusFailed, j.Attempts, &domain.Result{Reason: domain.ReasonCanceled}); err != nil {
+func (d *Dispatcher) FinishCanceled(ctx context.Context, j *domain.Job) error {
+	if err := d.CommitFinish(ctx, j, domain.StatusFailed, j.Attempts, &domain.Result{Reason: domain.ReasonCanceled}); err != nil {
 		return err
 	}
 	d.mu.RLock()
@@ -438,15 +474,15 @@ func (d *dispatcher) finishCanceled(ctx context.Context, j *domain.Job) error {
 	return nil
 }
 
-// endDispatch marks j's dispatch attempt as over.
-func (d *dispatcher) endDispatch(id domain.JobID) {
+// EndDispatch marks j's dispatch attempt as over.
+func (d *Dispatcher) EndDispatch(id domain.JobID) {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	delete(d.executing, id)
 }
 
-// executingAhead counts running dispatch attempts of lane ahead of seq.
-func (d *dispatcher) executingAhead(lane domain.QueueKey, seq int64) int {
+// ExecutingAhead counts running dispatch attempts of lane ahead of seq.
+func (d *Dispatcher) ExecutingAhead(lane domain.QueueKey, seq int64) int {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	n := 0
@@ -458,14 +494,14 @@ func (d *dispatcher) executingAhead(lane domain.QueueKey, seq int64) int {
 	return n
 }
 
-func (d *dispatcher) isExecuting(id domain.JobID) bool {
+func (d *Dispatcher) Executing(id domain.JobID) bool {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	_, ok := d.executing[id]
 	return ok
 }
 
-func (d *dispatcher) executingSet() map[domain.JobID]bool {
+func (d *Dispatcher) ExecutingSet() map[domain.JobID]bool {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	out := make(map[domain.JobID]bool, len(d.executing))
@@ -475,15 +511,97 @@ func (d *dispatcher) executingSet() map[domain.JobID]bool {
 	return out
 }
 
-func (d *dispatcher) executingCount() int {
+func (d *Dispatcher) ExecutingCount() int {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	return len(d.executing)
 }
 
 // after returns a channel that fires after dur on the configured clock, and a
-// stop function.
-func (d *dispatcher) after(dur time.Duration) (<-chan time.Time, func()) {
+// Stop function.
+func (d *Dispatcher) after(dur time.Duration) (<-chan time.Time, func()) {
 	t := d.cfg.Clock.NewTimer(dur)
 	return t.C(), func() { t.Stop() }
 }
+
+// SetActive switches u's lane on (this process took its lease; the pace
+// continues from st when it was saved) or off (the lease is lost or being
+// given up: buffered work is forgotten, running attempts finish), creating
+// the lane if needed. It returns false if the dispatcher is stopping.
+func (d *Dispatcher) SetActive(u domain.UpstreamKey, on bool, st ports.LaneState) bool {
+	d.mu.Lock()
+	if d.stopping {
+		d.mu.Unlock()
+		return false
+	}
+	var l *lane
+	if on {
+		l = d.laneLocked(u)
+	} else if l = d.lanes[u]; l == nil {
+		d.mu.Unlock()
+		return true
+	}
+	d.mu.Unlock()
+	fn := l.deactivate
+	if on {
+		if st.Saved {
+			d.modes.Store(u, st.AccountQueues)
+		}
+		fn = func() { l.activate(st) }
+	}
+	select {
+	case l.ctl <- fn:
+	case <-l.quit:
+	}
+	return true
+}
+
+// LaneState is what u's lane learned — its pace and account-queue mode —
+// to save with its lease for the next holder.
+func (d *Dispatcher) LaneState(u domain.UpstreamKey) ports.LaneState {
+	st := ports.LaneState{AccountQueues: d.AccountQueues(u)}
+	d.mu.RLock()
+	l := d.lanes[u]
+	d.mu.RUnlock()
+	if l != nil {
+		ls := l.stats()
+		if ls.RPS > 0 && ls.MaxConcurrent > 0 {
+			st.Saved, st.RPS, st.MaxConcurrent = true, ls.RPS, ls.MaxConcurrent
+		}
+	}
+	if _, ok := d.modes.Load(u); ok {
+		st.Saved = true
+	}
+	return st
+}
+
+// AccountQueues reports whether upstream u is in account-queue mode (one
+// queue per tenant).
+func (d *Dispatcher) AccountQueues(u domain.UpstreamKey) bool {
+	on, _ := d.modes.Load(u)
+	return on == true
+}
+
+// SetAccountQueues switches upstream u's account-queue mode, for every
+// later job to it.
+func (d *Dispatcher) SetAccountQueues(u domain.UpstreamKey, on bool) { d.modes.Store(u, on) }
+
+// HeldElsewhere names the live process dispatching u, when it is not this
+// one ("" otherwise, or when nobody holds it).
+func (d *Dispatcher) HeldElsewhere(u domain.UpstreamKey) string { return d.owner.HeldElsewhere(u) }
+
+// Holds reports whether this process dispatches u.
+func (d *Dispatcher) Holds(u domain.UpstreamKey) bool { return d.owner.Holds(u) }
+
+// Clock is the dispatcher's clock.
+func (d *Dispatcher) Clock() ports.Clock { return d.cfg.Clock }
+
+// RequestTimeout bounds one outbound exchange, body included.
+func (d *Dispatcher) RequestTimeout() time.Duration { return d.cfg.RequestTimeout }
+
+// MaxResponseBytes is how much of a response body is kept as a result.
+func (d *Dispatcher) MaxResponseBytes() int64 { return d.cfg.MaxResponseBytes }
+
+// Clustered reports whether lanes follow an Ownership (cluster mode): then
+// other processes read the store, not this one's memory.
+func (d *Dispatcher) Clustered() bool { return d.clustered }

@@ -1,4 +1,4 @@
-package app
+package dispatch
 
 import (
 	"fmt"
@@ -31,7 +31,8 @@ type OutageConfig struct {
 	MaxHold time.Duration
 }
 
-func (c OutageConfig) withDefaults() OutageConfig {
+// WithDefaults returns c with zero fields set to their defaults.
+func (c OutageConfig) WithDefaults() OutageConfig {
 	cc := c.circuit().WithDefaults()
 	c.FailureThreshold, c.ProbeInterval, c.MaxProbeInterval = cc.FailureThreshold, cc.ProbeInterval, cc.MaxProbeInterval
 	if c.MaxHold <= 0 {
@@ -40,9 +41,10 @@ func (c OutageConfig) withDefaults() OutageConfig {
 	return c
 }
 
-func (c OutageConfig) validate() error {
+// Validate checks the hold against the queued TTL.
+func (c OutageConfig) Validate() error {
 	if c.MaxHold > domain.QueuedTTL {
-		return fmt.Errorf("app: Outage.MaxHold %v is longer than the queued TTL (%v), after which waiting jobs expire", c.MaxHold, domain.QueuedTTL)
+		return fmt.Errorf("dispatch: Outage.MaxHold %v is longer than the queued TTL (%v), after which waiting jobs expire", c.MaxHold, domain.QueuedTTL)
 	}
 	return nil
 }
@@ -76,7 +78,7 @@ type laneOutage struct {
 	c     *pacing.Circuit
 }
 
-func newLaneOutage(d *dispatcher, u domain.UpstreamKey, log *zap.Logger) *laneOutage {
+func newLaneOutage(d *Dispatcher, u domain.UpstreamKey, log *zap.Logger) *laneOutage {
 	c := pacing.NewCircuit(d.cfg.Outage.circuit())
 	if u.IsPool() || !c.Enabled() {
 		return nil // pools route around a failing member instead (pool reputation)
@@ -178,7 +180,7 @@ const (
 )
 
 // judge decides what a failed attempt of j means, given its lane's circuit.
-func (d *dispatcher) judge(o *laneOutage, j *domain.Job, ar attemptResult, probe bool) verdict {
+func (d *Dispatcher) judge(o *laneOutage, j *domain.Job, ar attemptResult, probe bool) verdict {
 	if !ar.outage {
 		return countFailure
 	}
@@ -205,7 +207,7 @@ func holdDeadline(j *domain.Job, maxHold time.Duration) time.Time {
 }
 
 // outageReason is the failure reason of work whose hold ran out.
-func (d *dispatcher) outageReason(last string) string {
+func (d *Dispatcher) outageReason(last string) string {
 	r := fmt.Sprintf("destination unavailable for longer than max_outage_hold (%v)", d.cfg.Outage.MaxHold)
 	if last != "" {
 		r += "; last error: " + last

@@ -1,4 +1,4 @@
-package app
+package dispatch
 
 import (
 	"container/heap"
@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/app/load"
+	"github.com/aquiferhq/aquifer/internal/app/pool"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/pacing"
 	"github.com/aquiferhq/aquifer/internal/ports"
@@ -37,7 +39,7 @@ const fetchRetry = time.Second
 // store may hold unread work), offers (a job just committed), done (an
 // attempt ended).
 type lane struct {
-	d        *dispatcher
+	d        *Dispatcher
 	upstream domain.UpstreamKey
 	log      *zap.Logger
 
@@ -90,7 +92,7 @@ type laneSignal struct {
 	floor  int64 // re-read from here (ReadySeq-1 of work that could not be offered)
 }
 
-func newLane(d *dispatcher, u domain.UpstreamKey) *lane {
+func newLane(d *Dispatcher, u domain.UpstreamKey) *lane {
 	ceiling := d.cfg.Rates.For(u)
 	pace := pacing.NewPace(pacing.PaceConfig{RPS: ceiling.RPS, MaxConcurrent: ceiling.MaxConcurrent})
 	log := d.log.With(zap.String("upstream", string(u)))
@@ -106,7 +108,7 @@ func newLane(d *dispatcher, u domain.UpstreamKey) *lane {
 		drops:    make(chan domain.JobID, 16),
 		seen:     make(chan observation, 16),
 		ctl:      make(chan func(), 4),
-		active:   d.cluster == nil,
+		active:   !d.clustered,
 		quit:     make(chan struct{}),
 		signals:  make(map[domain.QueueKey]laneSignal),
 		pace:     pace,
@@ -169,7 +171,7 @@ func (l *lane) stats() LaneStats {
 // setRate publishes the lane's current rate.
 func (l *lane) setRate(rps float64) {
 	l.rate.Store(math.Float64bits(rps))
-	l.rateText = []string{formatRate(rps)}
+	l.rateText = []string{load.FormatRate(rps)}
 }
 
 // flowRate is the lane's current rate, safe to read from any goroutine.
@@ -259,8 +261,8 @@ func (l *lane) queue(key domain.QueueKey) *queue {
 	q := l.queues[key]
 	if q == nil {
 		q = &queue{key: key, inMem: make(map[int64]struct{}), avoid: make(map[int64]string), stale: true}
-		if r, ok := l.d.queueCap(key); ok {
-			q.limiter, q.maxRunning = newQueueLimiter(r), r.MaxConcurrent
+		if r, ok := l.d.tenants.QueueCap(key); ok {
+			q.limiter, q.maxRunning = pacing.NewLimiter(r.RPS), r.MaxConcurrent
 		}
 		l.queues[key] = q
 		l.order = append(l.order, q)
@@ -353,10 +355,10 @@ func (l *lane) fetched(f *fetchResult, now time.Time) {
 // queues in turn. It returns how long until the limiter allows the next start
 // (0 if not waiting on the limiter).
 func (l *lane) dispatchReady(now time.Time) time.Duration {
-	if l.d.cluster != nil && !l.d.cluster.fresh(now) {
+	if fresh, retryIn := l.d.owner.Fresh(now); !fresh {
 		// The lease may be running out (renewals are late): start nothing
 		// another process could be about to start too.
-		return l.d.cluster.cfg.SyncInterval / 2
+		return retryIn
 	}
 	poolID := l.upstream.PoolID()
 	if poolID != "" && !l.followPool(poolID) {
@@ -376,16 +378,16 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		var member, target string
 		flowRate := l.rateText
 		if poolID != "" && q.window[0].Phase() == domain.PhaseDispatch {
-			id, addr, rate, wait, ok := l.d.pools.pick(poolID, q.avoid[q.window[0].ReadySeq])
+			id, addr, rate, wait, ok := l.d.pools.Pick(poolID, q.avoid[q.window[0].ReadySeq])
 			if !ok {
 				return wait // every member paused or busy: a completion or a pause's end wakes the lane
 			}
 			// The member hears its own share of the pool's rate.
-			member, target, flowRate = id, addr, []string{formatRate(rate)}
+			member, target, flowRate = id, addr, []string{load.FormatRate(rate)}
 		}
 		if wait := l.limiter.Take(now); wait > 0 {
 			if member != "" {
-				l.d.pools.unpick(poolID, member)
+				l.d.pools.Unpick(poolID, member)
 			}
 			return wait + pacing.Jitter(l.limiter.Interval(), l.d.cfg.Rand)
 		}
@@ -393,12 +395,12 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 			q.limiter.Take(now) // underCap checked it has room
 		}
 		j := q.pop()
-		if j.Phase() == domain.PhaseDispatch && !l.d.beginDispatch(j) {
+		if j.Phase() == domain.PhaseDispatch && !l.d.BeginDispatch(j) {
 			// Cancelled since it was picked, or running already (held by
 			// a proxy attempt, or a second copy of a running job).
 			q.forget(j.ReadySeq)
 			if member != "" {
-				l.d.pools.unpick(poolID, member)
+				l.d.pools.Unpick(poolID, member)
 			}
 			continue
 		}
@@ -426,7 +428,7 @@ func (l *lane) failOverdue(now time.Time) time.Duration {
 				break
 			}
 			q.pop()
-			if j.Phase() == domain.PhaseDispatch && !l.d.beginDispatch(j) {
+			if j.Phase() == domain.PhaseDispatch && !l.d.BeginDispatch(j) {
 				q.forget(j.ReadySeq) // cancelled meanwhile, or running already
 				continue
 			}
@@ -442,7 +444,7 @@ func (l *lane) failOverdue(now time.Time) time.Duration {
 // of its members' effective rates and concurrency. It reports whether the
 // pool has members.
 func (l *lane) followPool(poolID string) bool {
-	rps, conc, members := l.d.pools.capacity(poolID)
+	rps, conc, members := l.d.pools.Capacity(poolID)
 	if members == 0 || rps <= 0 || conc <= 0 {
 		return false
 	}
@@ -484,8 +486,8 @@ func (l *lane) complete(o *outcome, now time.Time) {
 	if o.member != "" {
 		// Pool work: the signals and pauses belong to the member that
 		// answered, not to the pool's lane; a retry avoids that member.
-		l.d.pools.record(l.upstream.PoolID(), o.member, memberOutcome{failed: o.failed, status: o.status,
-			signals: o.signals, observed: o.observed, deferTo: o.deferTo})
+		l.d.pools.Record(l.upstream.PoolID(), o.member, pool.Outcome{Failed: o.failed, Status: o.status,
+			Signals: o.signals, Observed: o.observed, DeferTo: o.deferTo})
 		switch o.kind {
 		case outcomeRetry, outcomeDeferred:
 			q.avoid[o.job.ReadySeq] = o.member

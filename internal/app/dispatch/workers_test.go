@@ -1,4 +1,4 @@
-package app
+package dispatch
 
 import (
 	"runtime"

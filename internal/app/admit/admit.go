@@ -1,4 +1,7 @@
-package app
+// Package admit is admission control: it sheds new jobs with a 429 while the
+// process holds too much memory or the store is too large (BEHAVIOR.md §16),
+// with a Retry-After that grows while the pressure lasts.
+package admit
 
 import (
 	"context"
@@ -11,12 +14,12 @@ import (
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// AdmissionConfig sets the limits above which new jobs are shed with a 429
+// Config sets the limits above which new jobs are shed with a 429
 // (BEHAVIOR.md §16). A zero limit disables that check.
-type AdmissionConfig struct {
+type Config struct {
 	// MemoryLimitMB rejects new jobs while the process holds more than this
 	// many MiB: the memory the Go runtime has from the OS less what it has
-	// released back (see processMemory). That figure is right from the first
+	// released back (see ProcessMemory). That figure is right from the first
 	// request (the live heap reads 0 until the first collection) and shrinks
 	// again as the runtime returns freed memory, so the check recovers by
 	// itself. 0 = off.
@@ -32,12 +35,12 @@ type AdmissionConfig struct {
 	RetryAfterMax time.Duration
 	// SampleEvery is how long a measurement is reused; default 250ms.
 	SampleEvery time.Duration
-	// Memory returns the memory figure in bytes; default: processMemory.
+	// Memory returns the memory figure in bytes; default: ProcessMemory.
 	// Tests replace it.
 	Memory func() int64
 }
 
-func (c AdmissionConfig) withDefaults() AdmissionConfig {
+func (c Config) WithDefaults() Config {
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = 5 * time.Second
 	}
@@ -48,17 +51,17 @@ func (c AdmissionConfig) withDefaults() AdmissionConfig {
 		c.SampleEvery = 250 * time.Millisecond
 	}
 	if c.Memory == nil {
-		c.Memory = processMemory
+		c.Memory = ProcessMemory
 	}
 	return c
 }
 
-// processMemory is the memory the process holds, in bytes: everything the
+// ProcessMemory returns the memory the process holds, in bytes: everything the
 // Go runtime has mapped from the OS (heap, stacks, runtime metadata) less
 // the heap memory it has released back, which is about the process's
 // resident Go memory. It reads runtime/metrics, without stopping the world;
 // admission reuses a reading for SampleEvery rather than reading per job.
-func processMemory() int64 {
+func ProcessMemory() int64 {
 	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 || s[1].Value.Kind() != metrics.KindUint64 {
@@ -67,9 +70,9 @@ func processMemory() int64 {
 	return int64(s[0].Value.Uint64() - min(s[1].Value.Uint64(), s[0].Value.Uint64()))
 }
 
-// admission decides whether a new job may be stored.
-type admission struct {
-	cfg   AdmissionConfig
+// Controller decides whether a new job may be stored.
+type Controller struct {
+	cfg   Config
 	store ports.JobStore
 	clock ports.Clock
 
@@ -83,16 +86,16 @@ type admission struct {
 	rejected atomic.Int64
 }
 
-func newAdmission(cfg AdmissionConfig, store ports.JobStore, clock ports.Clock) *admission {
-	return &admission{cfg: cfg.withDefaults(), store: store, clock: clock, dbBytes: -1}
+func New(cfg Config, store ports.JobStore, clock ports.Clock) *Controller {
+	return &Controller{cfg: cfg.WithDefaults(), store: store, clock: clock, dbBytes: -1}
 }
 
-func (a *admission) enabled() bool { return a.cfg.MemoryLimitMB > 0 || a.cfg.DBMaxBytes > 0 }
+func (a *Controller) Enabled() bool { return a.cfg.MemoryLimitMB > 0 || a.cfg.DBMaxBytes > 0 }
 
-// check returns the exceeded limit as a rejection, or nil. It changes
-// nothing: call reject to actually shed the job.
-func (a *admission) check(ctx context.Context) *domain.RejectedError {
-	if !a.enabled() {
+// Check returns the exceeded limit as a rejection, or nil. It changes
+// nothing: call Reject to actually shed the job.
+func (a *Controller) Check(ctx context.Context) *domain.RejectedError {
+	if !a.Enabled() {
 		return nil
 	}
 	a.mu.Lock()
@@ -110,9 +113,9 @@ func (a *admission) check(ctx context.Context) *domain.RejectedError {
 	return rej
 }
 
-// reject sheds a job for rej: it lengthens the Retry-After streak and sets
-// rej.RetryAfter. See admitted for the reset.
-func (a *admission) reject(rej *domain.RejectedError) *domain.RejectedError {
+// Reject sheds a job for rej: it lengthens the Retry-After streak and sets
+// rej.RetryAfter. See Admitted for the reset.
+func (a *Controller) Reject(rej *domain.RejectedError) *domain.RejectedError {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.streak++
@@ -122,10 +125,10 @@ func (a *admission) reject(rej *domain.RejectedError) *domain.RejectedError {
 	return rej
 }
 
-// admitted resets the Retry-After streak: the next rejection starts again
+// Admitted resets the Retry-After streak: the next rejection starts again
 // at the base value.
-func (a *admission) admitted() {
-	if !a.enabled() {
+func (a *Controller) Admitted() {
+	if !a.Enabled() {
 		return
 	}
 	a.mu.Lock()
@@ -135,7 +138,7 @@ func (a *admission) admitted() {
 
 // retryAfterLocked is the Retry-After for the current streak: the base for
 // the first rejection, doubled for each further one, capped.
-func (a *admission) retryAfterLocked() time.Duration {
+func (a *Controller) retryAfterLocked() time.Duration {
 	d := a.cfg.RetryAfter
 	for i := 1; i < a.streak && d < a.cfg.RetryAfterMax; i++ {
 		d *= 2
@@ -143,7 +146,7 @@ func (a *admission) retryAfterLocked() time.Duration {
 	return min(d, max(a.cfg.RetryAfterMax, a.cfg.RetryAfter))
 }
 
-func (a *admission) sampleLocked(ctx context.Context) {
+func (a *Controller) sampleLocked(ctx context.Context) {
 	now := a.clock.Now()
 	if !a.sampledAt.IsZero() && now.Sub(a.sampledAt) < a.cfg.SampleEvery {
 		return
@@ -157,8 +160,8 @@ func (a *admission) sampleLocked(ctx context.Context) {
 	}
 }
 
-// AdmissionHealth is the admission part of /health (BEHAVIOR.md §7).
-type AdmissionHealth struct {
+// Health is the admission part of /health (BEHAVIOR.md §7).
+type Health struct {
 	Enabled           bool   `json:"enabled"`
 	MemoryMB          int64  `json:"memory_mb"`
 	MemoryLimitMB     int64  `json:"memory_limit_mb"`
@@ -171,7 +174,7 @@ type AdmissionHealth struct {
 	RejectedTotal     int64  `json:"rejected_total"`
 }
 
-func (a *admission) health(ctx context.Context, maxBody int64) *AdmissionHealth {
+func (a *Controller) Health(ctx context.Context, maxBody int64) *Health {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.sampledAt = time.Time{} // health always measures afresh
@@ -187,8 +190,8 @@ func (a *admission) health(ctx context.Context, maxBody int64) *AdmissionHealth 
 	}
 	ra := a.retryAfterLocked()
 	a.streak = streak
-	return &AdmissionHealth{
-		Enabled: a.enabled() || maxBody > 0, MemoryMB: a.memBytes >> 20, MemoryLimitMB: a.cfg.MemoryLimitMB,
+	return &Health{
+		Enabled: a.Enabled() || maxBody > 0, MemoryMB: a.memBytes >> 20, MemoryLimitMB: a.cfg.MemoryLimitMB,
 		MaxBodyBytes: maxBody, DBBytes: a.dbBytes, DBMaxBytes: a.cfg.DBMaxBytes,
 		RetryAfterSeconds: int64(ra / time.Second), Rejecting: a.lastLimit != "", LimitReason: a.lastLimit,
 		RejectedTotal: a.rejected.Load(),

@@ -1,9 +1,11 @@
-package app
+package pool
 
 import (
 	"container/heap"
 	"context"
 	"math"
+	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -19,54 +21,123 @@ import (
 // outcomes and saves to the store; every other process mirrors what the
 // store says, for GET /pools and /health.
 
-// poolSyncLoop syncs pool membership every SyncInterval, and at once when
-// another process says a pool changed.
-func (s *Service) poolSyncLoop(ctx context.Context) {
+// Shared is the registry in cluster mode: membership lives in the shared
+// store, so a member may register or heartbeat through any process.
+type Shared struct {
+	reg     *Registry
+	members ports.MemberStore
+	bus     ports.MessageBus
+	// holds reports whether this process holds a pool's lane: then it is
+	// the authority for that pool's members.
+	holds func(poolID string) bool
+	every time.Duration
+	clock ports.Clock
+	log   *zap.Logger
+	kick  chan struct{}
+}
+
+// NewShared returns reg kept in step with the shared store, synced every
+// interval and whenever a process says a pool changed.
+func NewShared(reg *Registry, members ports.MemberStore, bus ports.MessageBus, holds func(string) bool,
+	every time.Duration, clock ports.Clock, log *zap.Logger) *Shared {
+	return &Shared{reg: reg, members: members, bus: bus, holds: holds, every: every, clock: clock, log: log,
+		kick: make(chan struct{}, 1)}
+}
+
+// Loop syncs pool membership every interval, and at once when kicked,
+// until ctx ends.
+func (s *Shared) Loop(ctx context.Context) {
 	for {
-		c, stop := s.d.after(s.cfg.Cluster.SyncInterval)
+		t := s.clock.NewTimer(s.every)
 		select {
 		case <-ctx.Done():
-			stop()
+			t.Stop()
 			return
-		case <-c:
-		case <-s.poolKick:
-			stop()
+		case <-t.C():
+		case <-s.kick:
+			t.Stop()
 		}
-		s.syncPools(ctx)
+		s.Sync(ctx)
 	}
 }
 
-// syncPools merges the store's pool membership into the local registry and
+// Kick asks for a sync now (another process changed a pool).
+func (s *Shared) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Sync merges the store's pool membership into the local registry and
 // saves the state of the pools this process is the authority for.
-func (s *Service) syncPools(ctx context.Context) {
-	cs := s.d.cluster
-	rows, err := cs.c.Members.Members(ctx, "")
+func (s *Shared) Sync(ctx context.Context) {
+	rows, err := s.members.Members(ctx, "")
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("reading shared pool membership failed", zap.Error(err))
 		}
 		return
 	}
-	holds := func(poolID string) bool { return s.d.holds(domain.PoolUpstream(poolID)) }
-	stale := s.pools.merge(rows, holds)
-	for _, m := range stale {
-		if _, err := cs.c.Members.DeleteMember(ctx, m.PoolID, m.MemberID); err != nil {
+	for _, m := range s.reg.Merge(rows, s.holds) {
+		if _, err := s.members.DeleteMember(ctx, m.PoolID, m.MemberID); err != nil {
 			s.log.Warn("removing an evicted pool member from the shared store failed", zap.Error(err))
 		}
 	}
-	if states := s.pools.export(holds); len(states) > 0 {
-		if err := cs.c.Members.SaveMemberStates(ctx, states); err != nil {
+	if states := s.reg.Export(s.holds); len(states) > 0 {
+		if err := s.members.SaveMemberStates(ctx, states); err != nil {
 			s.log.Warn("saving pool member state failed", zap.Error(err))
 		}
 	}
 }
 
-// merge folds the store's members into the registry. For pools held here
+// Register records a registration or heartbeat in the shared store and has
+// every process (this one included) pick it up at once.
+func (s *Shared) Register(ctx context.Context, r *domain.MemberRegistration) (bool, error) {
+	created, err := s.members.PutMember(ctx, &ports.PoolMember{PoolID: r.PoolID, MemberID: r.MemberID, Address: r.Address,
+		CapacityRPS: r.CapacityRPS, HeartbeatInterval: r.HeartbeatInterval})
+	if err != nil {
+		return false, domain.StoreFailure("register pool member", err)
+	}
+	s.changed(r.PoolID)
+	return created, nil
+}
+
+// Leave removes a member from the shared store.
+func (s *Shared) Leave(ctx context.Context, poolID, memberID string) error {
+	ok, err := s.members.DeleteMember(ctx, poolID, memberID)
+	if err != nil {
+		return domain.StoreFailure("remove pool member", err)
+	}
+	if !ok {
+		return &domain.Error{Code: domain.CodeNotFound, Message: "no such pool member"}
+	}
+	s.changed(poolID)
+	return nil
+}
+
+// Evicted removes members this process evicted ("pool/member") from the
+// shared store.
+func (s *Shared) Evicted(ctx context.Context, evicted []string) {
+	for _, m := range evicted {
+		pool, member, _ := strings.Cut(m, "/")
+		if _, err := s.members.DeleteMember(ctx, pool, member); err != nil {
+			s.log.Warn("removing an evicted pool member from the shared store failed", zap.Error(err))
+		}
+	}
+}
+
+func (s *Shared) changed(poolID string) {
+	s.bus.Broadcast(ports.ClusterMessage{Pools: []string{poolID}})
+	s.Kick()
+}
+
+// Merge folds the store's members into the registry. For pools held here
 // (authority): new rows join, a newer LastSeen is a heartbeat, members gone
 // from the store have left; rows of members this process evicted since
 // their last heartbeat are returned for deletion. Other pools are replaced
 // by the store's view.
-func (p *pools) merge(rows []ports.PoolMember, holds func(string) bool) (stale []ports.PoolMember) {
+func (p *Registry) Merge(rows []ports.PoolMember, holds func(string) bool) (stale []ports.PoolMember) {
 	byPool := map[string][]ports.PoolMember{}
 	for _, r := range rows {
 		byPool[r.PoolID] = append(byPool[r.PoolID], r)
@@ -127,7 +198,7 @@ func (p *pools) merge(rows []ports.PoolMember, holds func(string) bool) (stale [
 }
 
 // memberFromRow makes a registry member from a store row.
-func (p *pools) memberFromRow(pl *pool, r ports.PoolMember, authority bool) *member {
+func (p *Registry) memberFromRow(pl *pool, r ports.PoolMember, authority bool) *member {
 	m := &member{id: r.MemberID, address: r.Address, declared: r.CapacityRPS, interval: r.HeartbeatInterval,
 		reputation: 1, lastSeen: r.LastSeen, vpos: pl.minVpos(),
 		pace: pacing.NewPace(pacing.PaceConfig{RPS: r.CapacityRPS, MaxConcurrent: memberConcurrency(r.CapacityRPS)})}
@@ -147,7 +218,7 @@ func (p *pools) memberFromRow(pl *pool, r ports.PoolMember, authority bool) *mem
 }
 
 // heartbeatLocked applies a heartbeat seen in the store (see register).
-func (p *pools) heartbeatLocked(m *member, r ports.PoolMember) {
+func (p *Registry) heartbeatLocked(m *member, r ports.PoolMember) {
 	m.address, m.lastSeen = r.Address, r.LastSeen
 	if r.HeartbeatInterval > 0 {
 		m.interval = r.HeartbeatInterval
@@ -181,9 +252,9 @@ func mirrorRow(m *member, r ports.PoolMember) {
 	m.pace.Restore(math.Min(r.CapacityRPS, rps/math.Max(m.reputation, minWeight)), memberConcurrency(r.CapacityRPS))
 }
 
-// export returns the state of the members of pools this process is the
+// Export returns the state of the members of pools this process is the
 // authority for.
-func (p *pools) export(holds func(string) bool) []ports.PoolMember {
+func (p *Registry) Export(holds func(string) bool) []ports.PoolMember {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -212,38 +283,4 @@ func dedupe(ss []string) []string {
 		}
 	}
 	return out
-}
-
-// registerShared records a registration or heartbeat in the shared store
-// and has every process (this one included) pick it up at once.
-func (s *Service) registerShared(ctx context.Context, r *domain.MemberRegistration) (bool, error) {
-	cs := s.d.cluster
-	created, err := cs.c.Members.PutMember(ctx, &ports.PoolMember{PoolID: r.PoolID, MemberID: r.MemberID, Address: r.Address,
-		CapacityRPS: r.CapacityRPS, HeartbeatInterval: r.HeartbeatInterval})
-	if err != nil {
-		return false, storeErr("register pool member", err)
-	}
-	s.poolsChanged(r.PoolID)
-	return created, nil
-}
-
-// leaveShared removes a member from the shared store.
-func (s *Service) leaveShared(ctx context.Context, poolID, memberID string) error {
-	ok, err := s.d.cluster.c.Members.DeleteMember(ctx, poolID, memberID)
-	if err != nil {
-		return storeErr("remove pool member", err)
-	}
-	if !ok {
-		return &domain.Error{Code: domain.CodeNotFound, Message: "no such pool member"}
-	}
-	s.poolsChanged(poolID)
-	return nil
-}
-
-func (s *Service) poolsChanged(poolID string) {
-	s.d.cluster.c.Bus.Broadcast(ports.ClusterMessage{Pools: []string{poolID}})
-	select {
-	case s.poolKick <- struct{}{}:
-	default:
-	}
 }

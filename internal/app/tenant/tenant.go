@@ -1,4 +1,8 @@
-package app
+// Package tenant holds the API-key tenants as the core sees them: who the
+// caller is (from the request context), what it may see (its own jobs and
+// pools, scoped by its name), where its jobs may go, its quota of unfinished
+// jobs and its own pace caps per destination.
+package tenant
 
 import (
 	"context"
@@ -9,7 +13,6 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/l8"
-	"github.com/aquiferhq/aquifer/internal/pacing"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -32,22 +35,23 @@ type Tenant struct {
 	WebhookSecrets []l8.Secret
 }
 
-type tenantKey struct{}
+type contextKey struct{}
 
-// WithTenant returns ctx carrying the authenticated tenant's name.
-func WithTenant(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, tenantKey{}, name)
+// With returns ctx carrying the authenticated tenant's name.
+func With(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, contextKey{}, name)
 }
 
-// TenantFrom returns the tenant in ctx ("" when none: open mode, or an
+// From returns the tenant in ctx ("" when none: open mode, or an
 // operator's own channel such as MCP over stdio).
-func TenantFrom(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey{}).(string)
+func From(ctx context.Context) string {
+	t, _ := ctx.Value(contextKey{}).(string)
 	return t
 }
 
-// tenancy holds the configured tenants and their quota counts.
-type tenancy struct {
+// Registry holds the configured tenants and their quota counts. A nil
+// *Registry is open mode: no tenants, no caps, the global rules.
+type Registry struct {
 	byName   map[string]Tenant
 	policies map[string]*domain.DestinationPolicy // global rules combined with each tenant's
 	store    ports.JobStore
@@ -66,8 +70,13 @@ type quotaCount struct {
 	refreshed time.Time
 }
 
-func newTenancy(ts []Tenant, global domain.DestinationRules, store ports.JobStore, clock ports.Clock) (*tenancy, error) {
-	t := &tenancy{byName: map[string]Tenant{}, policies: map[string]*domain.DestinationPolicy{}, store: store, clock: clock,
+// New returns the registry of tenants ts, each combining the global
+// destination rules with its own; nil when there are none (open mode).
+func New(ts []Tenant, global domain.DestinationRules, store ports.JobStore, clock ports.Clock) (*Registry, error) {
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	t := &Registry{byName: map[string]Tenant{}, policies: map[string]*domain.DestinationPolicy{}, store: store, clock: clock,
 		counts: map[string]*quotaCount{}}
 	for _, x := range ts {
 		t.byName[x.Name] = x
@@ -80,20 +89,20 @@ func newTenancy(ts []Tenant, global domain.DestinationRules, store ports.JobStor
 	return t, nil
 }
 
-// policy returns the destination policy of a tenant's jobs (nil: the
+// Policy returns the destination policy of a tenant's jobs (nil: the
 // global one).
-func (t *tenancy) policy(name string) *domain.DestinationPolicy {
+func (t *Registry) Policy(name string) *domain.DestinationPolicy {
 	if t == nil {
 		return nil
 	}
 	return t.policies[name]
 }
 
-// enabled reports whether any tenant is configured.
-func (t *tenancy) enabled() bool { return len(t.byName) > 0 }
-
-// admit checks the tenant's quota before a new job is stored.
-func (t *tenancy) admit(ctx context.Context, name string) error {
+// Admit checks the tenant's quota before a new job is stored.
+func (t *Registry) Admit(ctx context.Context, name string) error {
+	if t == nil {
+		return nil
+	}
 	tn, ok := t.byName[name]
 	if !ok || tn.MaxQueued <= 0 {
 		return nil
@@ -108,7 +117,7 @@ func (t *tenancy) admit(ctx context.Context, name string) error {
 	return nil
 }
 
-func (t *tenancy) unfinished(ctx context.Context, name string) (int64, error) {
+func (t *Registry) unfinished(ctx context.Context, name string) (int64, error) {
 	now := t.clock.Now()
 	t.mu.Lock()
 	c := t.counts[name]
@@ -126,7 +135,7 @@ func (t *tenancy) unfinished(ctx context.Context, name string) (int64, error) {
 	t.mu.Unlock()
 	n, err := counter.CountUnfinished(ctx, domain.Scope(name, ""))
 	if err != nil {
-		return 0, storeErr("count the tenant's jobs", err)
+		return 0, domain.StoreFailure("count the tenant's jobs", err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -134,12 +143,17 @@ func (t *tenancy) unfinished(ctx context.Context, name string) (int64, error) {
 	return n, nil
 }
 
-// accepted and finished keep the count between store refreshes (and
+// Accepted and Finished keep the count between store refreshes (and
 // entirely, for a store that cannot count).
-func (t *tenancy) accepted(name string) { t.add(name, 1) }
-func (t *tenancy) finished(name string) { t.add(name, -1) }
+func (t *Registry) Accepted(name string) { t.add(name, 1) }
 
-func (t *tenancy) add(name string, d int64) {
+// Finished: see Accepted.
+func (t *Registry) Finished(name string) { t.add(name, -1) }
+
+func (t *Registry) add(name string, d int64) {
+	if t == nil {
+		return
+	}
 	tn, ok := t.byName[name]
 	if !ok || tn.MaxQueued <= 0 {
 		return
@@ -157,27 +171,30 @@ func (t *tenancy) add(name string, d int64) {
 	}
 }
 
-// rateFor is rate on a possibly nil tenancy.
-func (t *tenancy) rateFor(name string, u domain.UpstreamKey) (domain.Rate, bool) {
+// Rate returns the tenant's own cap for upstream u, if it has one.
+func (t *Registry) Rate(name string, u domain.UpstreamKey) (domain.Rate, bool) {
 	if t == nil || name == "" {
 		return domain.Rate{}, false
 	}
-	return t.rate(name, u)
-}
-
-// rate returns the tenant's own cap for upstream u, if it has one.
-func (t *tenancy) rate(name string, u domain.UpstreamKey) (domain.Rate, bool) {
 	tn, ok := t.byName[name]
 	if !ok || len(tn.Rates) == 0 {
 		return domain.Rate{}, false
 	}
-	r, ok := RateTable{Hosts: tn.Rates}.lookup(u)
-	return r, ok
+	return domain.RateTable{Hosts: tn.Rates}.Lookup(u)
 }
 
-// scopeRequest puts a tenant's request in its namespace: user_id and
+// WebhookSecrets are the tenant's own webhook signing secrets (none: the
+// global ones apply).
+func (t *Registry) WebhookSecrets(name string) []l8.Secret {
+	if t == nil || name == "" {
+		return nil
+	}
+	return t.byName[name].WebhookSecrets
+}
+
+// ScopeRequest puts a tenant's request in its namespace: user_id and
 // pool_id are scoped by the tenant's name (see domain.Scope).
-func scopeRequest(tenant string, req *domain.JobRequest) {
+func ScopeRequest(tenant string, req *domain.JobRequest) {
 	if tenant == "" {
 		return
 	}
@@ -187,55 +204,34 @@ func scopeRequest(tenant string, req *domain.JobRequest) {
 	}
 }
 
-// visible reports whether the caller in ctx may see j: a tenant sees only
+// Visible reports whether the caller in ctx may see j: a tenant sees only
 // its own jobs (others are "not found", not "forbidden", so ids cannot be
 // probed).
-func visible(ctx context.Context, j *domain.Job) bool {
-	t := TenantFrom(ctx)
+func Visible(ctx context.Context, j *domain.Job) bool {
+	t := From(ctx)
 	return t == "" || domain.TenantOfJob(j) == t
 }
 
-// tenantQueue is the store lane of a tenant's jobs to u when the tenant has
-// its own cap there: its own queue, paced by the cap inside the lane.
-func tenantQueue(u domain.UpstreamKey, tenant string) domain.QueueKey {
+// Queue is the queue of a tenant's jobs to u when the tenant has its own
+// cap there: its own queue, paced by the cap inside the lane.
+func Queue(u domain.UpstreamKey, tenant string) domain.QueueKey {
 	return domain.TenantQueue(u, "@"+tenant)
 }
 
-// queueCap returns the pace cap of a store lane that is a capped tenant's
-// queue.
-func (d *dispatcher) queueCap(key domain.QueueKey) (domain.Rate, bool) {
-	if d.tenants == nil {
+// QueueCap returns the pace cap of a queue that is a capped tenant's queue
+// (see Queue).
+func (t *Registry) QueueCap(key domain.QueueKey) (domain.Rate, bool) {
+	if t == nil {
 		return domain.Rate{}, false
 	}
 	_, part, ok := strings.Cut(string(key), "|@")
 	if !ok {
 		return domain.Rate{}, false
 	}
-	return d.tenants.rate(part, key.Upstream())
+	return t.Rate(part, key.Upstream())
 }
 
-// newQueueLimiter builds a capped tenant queue's limiter.
-func newQueueLimiter(r domain.Rate) *pacing.Limiter { return pacing.NewLimiter(r.RPS) }
-
-// scopePool returns a pool id in the caller's namespace, validating the
-// name the caller gave.
-func scopePool(ctx context.Context, poolID string) string {
-	return domain.Scope(TenantFrom(ctx), poolID)
-}
-
-// poolsFor returns the pools the caller in ctx may see, under the names it
-// knows them by.
-func poolsFor(ctx context.Context, all map[string]PoolHealth) map[string]PoolHealth {
-	t := TenantFrom(ctx)
-	out := make(map[string]PoolHealth, len(all))
-	for id, p := range all {
-		owner, name := domain.Unscope(id)
-		if t == "" || owner == t {
-			if t == "" && owner != "" {
-				name = owner + "/" + name // the operator sees whose pool it is
-			}
-			out[name] = p
-		}
-	}
-	return out
+// ScopePool returns a pool id in the caller's namespace.
+func ScopePool(ctx context.Context, poolID string) string {
+	return domain.Scope(From(ctx), poolID)
 }

@@ -1,4 +1,10 @@
-package app
+// Package edge is edge-proxy mode (POST /proxy, BEHAVIOR.md §20): a request
+// is stored as a job first, then sent directly when its destination is
+// healthy and relayed as it arrives; anything that looks like overload turns
+// it into an ordinary queued job. Direct attempts go out through the
+// dispatcher's one exchange function, and their answers pace the lane like
+// any other.
+package edge
 
 import (
 	"context"
@@ -11,13 +17,16 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/app/dispatch"
+	"github.com/aquiferhq/aquifer/internal/app/events"
+	"github.com/aquiferhq/aquifer/internal/app/load"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/pacing"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// ProxyConfig tunes edge-proxy mode (POST /proxy).
-type ProxyConfig struct {
+// Config tunes edge-proxy mode (POST /proxy).
+type Config struct {
 	// DirectTimeout bounds the direct attempt, up to the response headers.
 	// Default 3s.
 	DirectTimeout time.Duration
@@ -32,7 +41,8 @@ type ProxyConfig struct {
 	ORCAThreshold float64
 }
 
-func (c ProxyConfig) withDefaults() ProxyConfig {
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
 	if c.DirectTimeout <= 0 {
 		c.DirectTimeout = 3 * time.Second
 	}
@@ -63,11 +73,11 @@ const (
 	hdrQueueActiveAlias = "X-Aquifer-Queue-Active"
 )
 
-// ProxyResult is the outcome of a proxied request. Exactly one of Direct,
+// Result is the outcome of a proxied request. Exactly one of Direct,
 // Fallback or Duplicate describes it.
-type ProxyResult struct {
+type Result struct {
 	Job  *domain.Job
-	Load Load
+	Load load.Load
 
 	// Direct is set when the upstream answered directly and well: relay it
 	// with Direct.Relay, which also records the job's result.
@@ -84,7 +94,7 @@ type ProxyResult struct {
 	// is that job. For an unfinished one, Sub follows it.
 	Duplicate bool
 
-	Sub *Subscription
+	Sub *events.Subscription
 }
 
 // DirectResponse is an upstream's direct answer, ready to be relayed.
@@ -131,7 +141,7 @@ func (r *DirectResponse) Relay(w io.Writer) error {
 	}
 	reason := ""
 	if readErr != nil {
-		reason = "reading response body: " + withoutURL(readErr).Error()
+		reason = "reading response body: " + domain.WithoutURL(readErr).Error()
 	}
 	r.finish(capture.buf, capture.truncated, reason)
 	if writeErr != nil {
@@ -156,11 +166,11 @@ func (b *limitedBuffer) Write(p []byte) {
 
 func (b *limitedBuffer) full() bool { return b.truncated || int64(len(b.buf)) >= b.limit }
 
-// proxyModes tracks, per destination, how long it stays in queue mode after
+// modes tracks, per destination, how long it stays in queue mode after
 // an overload (the breaker). Queue mode also lasts as long as the
-// destination has a backlog (dispatcher.busy), so it ends when the queue has
+// destination has a backlog (dispatch.Dispatcher.Busy), so it ends when the queue has
 // actually drained, not when a timer runs out.
-type proxyModes struct {
+type modes struct {
 	mu sync.Mutex
 	m  map[domain.UpstreamKey]*proxyMode
 }
@@ -171,7 +181,7 @@ type proxyMode struct {
 	lastAt     time.Time
 }
 
-func (p *proxyModes) trip(u domain.UpstreamKey, until time.Time, reason string, now time.Time) {
+func (p *modes) trip(u domain.UpstreamKey, until time.Time, reason string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil {
@@ -189,38 +199,79 @@ func (p *proxyModes) trip(u domain.UpstreamKey, until time.Time, reason string, 
 }
 
 // reset forgets every destination's mode (drain mode cleared the instance).
-func (p *proxyModes) reset() {
+func (p *modes) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.m = nil
 }
 
-func (p *proxyModes) breakerOpen(u domain.UpstreamKey, now time.Time) bool {
+func (p *modes) breakerOpen(u domain.UpstreamKey, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := p.m[u]
 	return m != nil && now.Before(m.until)
 }
 
-// ProxyHealth is a destination's proxy mode for /health.
-type ProxyHealth struct {
+// Health is a destination's proxy mode for /health.
+type Health struct {
 	Mode           string `json:"mode"` // "queue" or "direct"
 	Backlog        bool   `json:"backlog"`
 	BreakerUntilMS int64  `json:"breaker_until_ms,omitempty"`
 	LastFallback   string `json:"last_fallback,omitempty"`
 }
 
-func (s *Service) proxyHealth() map[string]ProxyHealth {
-	now := s.cfg.Clock.Now()
-	s.proxy.mu.Lock()
-	defer s.proxy.mu.Unlock()
-	if len(s.proxy.m) == 0 {
+// Proxy serves edge-proxy requests.
+type Proxy struct {
+	cfg    Config
+	clock  ports.Clock
+	log    *zap.Logger
+	store  ports.JobStore
+	intake Intake
+	d      *dispatch.Dispatcher
+	broker *events.Broker
+	load   *load.Gauge
+	modes  modes
+}
+
+// Intake is how a proxied request becomes a job: validated, and stored
+// with admission control, exactly like any other submission (the app's
+// Service).
+type Intake interface {
+	// Prepare validates req for the caller in ctx and builds its job.
+	Prepare(ctx context.Context, req *domain.JobRequest) (*domain.Job, error)
+	// Store runs admission control and inserts job unless its idempotency
+	// key is taken (then it returns the job holding it, fresh false).
+	Store(ctx context.Context, job *domain.Job) (stored *domain.Job, fresh bool, err error)
+	// Get and Subscribe read a job as the caller in ctx may see it.
+	Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
+	Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *events.Subscription, error)
+}
+
+// New returns the edge proxy. cfg is completed with its defaults.
+func New(cfg Config, store ports.JobStore, intake Intake, d *dispatch.Dispatcher, broker *events.Broker, g *load.Gauge,
+	log *zap.Logger) *Proxy {
+	return &Proxy{cfg: cfg.WithDefaults(), clock: d.Clock(), log: log.Named("proxy"), store: store, intake: intake, d: d, broker: broker, load: g}
+}
+
+// Reset forgets every destination's mode (drain mode cleared the instance).
+func (p *Proxy) Reset() { p.modes.reset() }
+
+// zeroRate is the flow rate a direct attempt reports: it is not paced.
+var zeroRate = []string{load.FormatRate(0)}
+
+// Health is each destination's proxy mode (only destinations the proxy
+// has seen fall back); nil when there are none.
+func (p *Proxy) Health() map[string]Health {
+	now := p.clock.Now()
+	p.modes.mu.Lock()
+	defer p.modes.mu.Unlock()
+	if len(p.modes.m) == 0 {
 		return nil
 	}
-	out := make(map[string]ProxyHealth, len(s.proxy.m))
-	for u, m := range s.proxy.m {
-		backlog := s.d.busy(u)
-		h := ProxyHealth{Mode: "direct", Backlog: backlog, LastFallback: m.lastReason}
+	out := make(map[string]Health, len(p.modes.m))
+	for u, m := range p.modes.m {
+		backlog := p.d.Busy(u)
+		h := Health{Mode: "direct", Backlog: backlog, LastFallback: m.lastReason}
 		if now.Before(m.until) {
 			h.BreakerUntilMS = m.until.UnixMilli()
 		}
@@ -239,107 +290,100 @@ func (s *Service) proxyHealth() map[string]ProxyHealth {
 // request into an ordinary queued job, whose subscription the result
 // carries. A destination stays in queue mode while the breaker is open and
 // for as long as it has a backlog.
-func (s *Service) Proxy(ctx context.Context, req *domain.JobRequest) (*ProxyResult, error) {
-	job, err := s.prepare(ctx, req)
+func (p *Proxy) Proxy(ctx context.Context, req *domain.JobRequest) (*Result, error) {
+	job, err := p.intake.Prepare(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	upstream := job.Upstream()
-	now := s.cfg.Clock.Now()
+	now := p.clock.Now()
 	reason := ""
 	switch {
 	case job.PoolID != "":
 		reason = FallbackPoolRouted
-	case s.proxy.breakerOpen(upstream, now) || s.d.busy(upstream) || s.d.down(upstream) || s.d.heldElsewhere(upstream) != "":
+	case p.modes.breakerOpen(upstream, now) || p.d.Busy(upstream) || p.d.Down(upstream) || p.d.HeldElsewhere(upstream) != "":
 		// Another process holding the lane means it has a backlog there; a
 		// lane whose outage circuit is open knows the destination is down.
 		reason = FallbackDegraded
 	}
 	if reason != "" {
-		return s.proxyQueue(ctx, job, reason, 0)
+		return p.queue(ctx, job, reason, 0)
 	}
 
 	// Hold the job before it is stored, so its lane cannot dispatch it while
 	// the direct attempt runs (a crash meanwhile leaves it queued, and it
 	// runs after restart).
-	if !s.d.beginDispatch(job) {
+	if !p.d.BeginDispatch(job) {
 		return nil, &domain.Error{Code: domain.CodeConflict, Message: "job id already in use"}
 	}
-	if s.d.cluster != nil {
+	if p.d.Clustered() {
 		// Other processes read the store, not this one's memory: record the
 		// job as in flight so no lane holder picks it up meanwhile.
 		job.Status, job.DispatchedAt = domain.StatusInFlight, now
 	}
-	stored, fresh, err := s.store(ctx, job)
+	stored, fresh, err := p.intake.Store(ctx, job)
 	if err != nil || !fresh {
-		s.d.endDispatch(job.ID)
+		p.d.EndDispatch(job.ID)
 		if err != nil {
 			return nil, err
 		}
-		return s.proxyDuplicate(ctx, stored)
+		return p.duplicate(ctx, stored)
 	}
-	return s.proxyDirect(ctx, stored)
+	return p.direct(ctx, stored)
 }
 
-// proxyQueue stores job as an ordinary queued job and follows it.
-func (s *Service) proxyQueue(ctx context.Context, job *domain.Job, reason string, upstreamStatus int) (*ProxyResult, error) {
-	sub := s.broker.Subscribe(job.ID)
-	stored, fresh, err := s.store(ctx, job)
+// queue stores job as an ordinary queued job and follows it.
+func (p *Proxy) queue(ctx context.Context, job *domain.Job, reason string, upstreamStatus int) (*Result, error) {
+	sub := p.broker.Subscribe(job.ID)
+	stored, fresh, err := p.intake.Store(ctx, job)
 	if err != nil {
 		sub.Close()
 		return nil, err
 	}
 	if !fresh {
 		sub.Close()
-		return s.proxyDuplicate(ctx, stored)
+		return p.duplicate(ctx, stored)
 	}
-	s.d.offer(stored)
-	s.recordFallback(stored, reason)
-	return &ProxyResult{Job: stored, Fallback: true, Reason: reason, UpstreamStatus: upstreamStatus, Sub: sub,
-		Load: s.load.report(s.d.flowRate(stored.Queue.Upstream()))}, nil
+	p.d.Offer(stored)
+	p.recordFallback(stored, reason)
+	return &Result{Job: stored, Fallback: true, Reason: reason, UpstreamStatus: upstreamStatus, Sub: sub,
+		Load: p.load.Report(p.d.FlowRate(stored.Queue.Upstream()))}, nil
 }
 
-func (s *Service) recordFallback(j *domain.Job, reason string) {
-	now := s.cfg.Clock.Now()
+func (p *Proxy) recordFallback(j *domain.Job, reason string) {
+	now := p.clock.Now()
 	if reason != FallbackPoolRouted {
-		s.proxy.trip(j.Upstream(), time.Time{}, reason, now)
+		p.modes.trip(j.Upstream(), time.Time{}, reason, now)
 	}
-	s.log.Debug("proxy fell back to the queue", zap.String("job_id", string(j.ID)), zap.String("reason", reason))
+	p.log.Debug("proxy fell back to the queue", zap.String("job_id", string(j.ID)), zap.String("reason", reason))
 }
 
-// proxyDuplicate answers a request whose key was already used: a finished
+// duplicate answers a request whose key was already used: a finished
 // job as is, an unfinished one with a subscription to follow it.
-func (s *Service) proxyDuplicate(ctx context.Context, existing *domain.Job) (*ProxyResult, error) {
+func (p *Proxy) duplicate(ctx context.Context, existing *domain.Job) (*Result, error) {
 	if existing.Status.Terminal() {
-		return &ProxyResult{Job: existing, Duplicate: true}, nil
+		return &Result{Job: existing, Duplicate: true}, nil
 	}
-	j, sub, err := s.Subscribe(ctx, existing.ID)
+	j, sub, err := p.intake.Subscribe(ctx, existing.ID)
 	if err != nil {
 		return nil, err
 	}
 	if j.Status.Terminal() {
 		sub.Close()
-		return &ProxyResult{Job: j, Duplicate: true}, nil
+		return &Result{Job: j, Duplicate: true}, nil
 	}
-	return &ProxyResult{Job: j, Duplicate: true, Sub: sub}, nil
+	return &Result{Job: j, Duplicate: true, Sub: sub}, nil
 }
 
-// proxyDirect sends the held, stored job once, directly.
-func (s *Service) proxyDirect(ctx context.Context, job *domain.Job) (*ProxyResult, error) {
-	cfg := s.cfg.Proxy
+// direct sends the held, stored job once, directly.
+func (p *Proxy) direct(ctx context.Context, job *domain.Job) (*Result, error) {
+	cfg := p.cfg
 	upstream := job.Upstream()
 	// The attempt belongs to the service, not to the client's connection: if
 	// the client leaves, the answer is still recorded.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.d.RequestTimeout())
 	headerTimer := time.AfterFunc(cfg.DirectTimeout, cancel)
-	httpReq, err := buildRequest(s.d.policyCtx(actx, job), job, job.URL)
-	if err != nil {
-		headerTimer.Stop()
-		cancel()
-		return s.proxyRelease(ctx, job, FallbackUnreachable, 0)
-	}
-	s.d.decorate(httpReq, []string{formatRate(0)})
-	resp, err := s.cfg.Doer.Do(httpReq)
+	resp, err := p.d.Exchange(actx, job, job.URL, zeroRate)
 	if !headerTimer.Stop() && err == nil {
 		// The direct deadline passed just as the answer came: too late.
 		resp.Body.Close()
@@ -350,80 +394,80 @@ func (s *Service) proxyDirect(ctx context.Context, job *domain.Job) (*ProxyResul
 		// The destination resolved to a forbidden address: the job fails
 		// (no queue would change that) and the caller hears why.
 		cancel()
-		defer s.d.endDispatch(job.ID)
-		if ferr := s.d.commitFinish(context.WithoutCancel(ctx), job, domain.StatusFailed, 1,
+		defer p.d.EndDispatch(job.ID)
+		if ferr := p.d.CommitFinish(context.WithoutCancel(ctx), job, domain.StatusFailed, 1,
 			&domain.Result{Reason: domain.PublicMessage(denied)}); ferr != nil {
-			s.log.Error("recording a refused proxied job failed", zap.String("job_id", string(job.ID)), zap.Error(ferr))
+			p.log.Error("recording a refused proxied job failed", zap.String("job_id", string(job.ID)), zap.Error(ferr))
 		}
 		return nil, denied
 	}
 	if err != nil {
 		cancel()
-		return s.proxyRelease(ctx, job, FallbackUnreachable, 0)
+		return p.release(ctx, job, FallbackUnreachable, 0)
 	}
-	now := s.cfg.Clock.Now()
+	now := p.clock.Now()
 	sig := pacing.ParseSignals(resp.StatusCode, resp.Header, now)
 	if overloaded(resp.StatusCode, sig, cfg.ORCAThreshold) {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, dispatch.DrainLimit))
 		resp.Body.Close()
 		cancel()
 		cooldown := cfg.DefaultCooldown
 		if sig.RetryAfter > 0 {
 			cooldown = time.Duration(float64(sig.RetryAfter) * cfg.BreakerMultiplier)
 		}
-		s.proxy.trip(upstream, now.Add(cooldown), FallbackOverloaded, now)
-		s.d.observe(job.Queue, resp.StatusCode, sig)
-		return s.proxyRelease(ctx, job, FallbackOverloaded, resp.StatusCode)
+		p.modes.trip(upstream, now.Add(cooldown), FallbackOverloaded, now)
+		p.d.Observe(job.Queue, resp.StatusCode, sig)
+		return p.release(ctx, job, FallbackOverloaded, resp.StatusCode)
 	}
 	if queueActive(resp.Header) {
-		s.proxy.trip(upstream, now.Add(cfg.DefaultCooldown), "queue_requested", now)
+		p.modes.trip(upstream, now.Add(cfg.DefaultCooldown), "queue_requested", now)
 	}
-	return &ProxyResult{Job: job, Load: s.load.report(s.d.flowRate(upstream)), Direct: &DirectResponse{
-		Status: resp.StatusCode, Header: resp.Header, body: resp.Body, cancel: cancel, limit: s.cfg.MaxResponseBytes,
+	return &Result{Job: job, Load: p.load.Report(p.d.FlowRate(upstream)), Direct: &DirectResponse{
+		Status: resp.StatusCode, Header: resp.Header, body: resp.Body, cancel: cancel, limit: p.d.MaxResponseBytes(),
 		finish: func(body []byte, truncated bool, reason string) {
-			defer s.d.endDispatch(job.ID)
+			defer p.d.EndDispatch(job.ID)
 			res := &domain.Result{ResponseStatus: resp.StatusCode, Body: body, BodyTruncated: truncated,
 				ContentType: resp.Header.Get("Content-Type"), Reason: reason}
 			// Completed: the upstream answered (a cut-off body still is its answer).
-			if err := s.d.commitFinish(context.WithoutCancel(ctx), job, domain.StatusCompleted, 1, res); err != nil {
+			if err := p.d.CommitFinish(context.WithoutCancel(ctx), job, domain.StatusCompleted, 1, res); err != nil {
 				// The job stays queued in the store and runs again from the
 				// queue: at-least-once, as for any attempt whose result could
 				// not be recorded.
-				s.log.Error("recording a proxied result failed; the job will run again from the queue",
+				p.log.Error("recording a proxied result failed; the job will run again from the queue",
 					zap.String("job_id", string(job.ID)), zap.Error(err))
 				if job.Status == domain.StatusInFlight {
-					_ = s.cfg.Store.Requeue(context.WithoutCancel(ctx), &ports.RequeueParams{ID: job.ID, Seq: job.Seq,
-						Phase: domain.PhaseDispatch, Now: s.cfg.Clock.Now()})
+					_ = p.store.Requeue(context.WithoutCancel(ctx), &ports.RequeueParams{ID: job.ID, Seq: job.Seq,
+						Phase: domain.PhaseDispatch, Now: p.clock.Now()})
 				}
-				s.d.endDispatch(job.ID)
-				s.d.requeueHeld(job)
+				p.d.EndDispatch(job.ID)
+				p.d.RequeueHeld(job)
 			}
 		},
 	}}, nil
 }
 
-// proxyRelease hands a held job that was not answered well to its lane, as
+// release hands a held job that was not answered well to its lane, as
 // an ordinary queued job, and follows it.
-func (s *Service) proxyRelease(ctx context.Context, job *domain.Job, reason string, upstreamStatus int) (*ProxyResult, error) {
-	sub := s.broker.Subscribe(job.ID)
+func (p *Proxy) release(ctx context.Context, job *domain.Job, reason string, upstreamStatus int) (*Result, error) {
+	sub := p.broker.Subscribe(job.ID)
 	if job.Status == domain.StatusInFlight {
-		if err := s.cfg.Store.Requeue(context.WithoutCancel(ctx), &ports.RequeueParams{ID: job.ID, Seq: job.Seq,
-			Phase: domain.PhaseDispatch, Now: s.cfg.Clock.Now()}); err != nil {
+		if err := p.store.Requeue(context.WithoutCancel(ctx), &ports.RequeueParams{ID: job.ID, Seq: job.Seq,
+			Phase: domain.PhaseDispatch, Now: p.clock.Now()}); err != nil {
 			// It stays in flight in the store; the lane holder's recovery or
 			// the stale sweep puts it back.
-			s.log.Warn("returning a proxied job to its queue failed", zap.String("job_id", string(job.ID)), zap.Error(err))
+			p.log.Warn("returning a proxied job to its queue failed", zap.String("job_id", string(job.ID)), zap.Error(err))
 		}
 		job.Status = domain.StatusQueued
 	}
-	s.d.endDispatch(job.ID)
-	s.d.requeueHeld(job)
-	s.recordFallback(job, reason)
-	j, err := s.Get(ctx, job.ID)
+	p.d.EndDispatch(job.ID)
+	p.d.RequeueHeld(job)
+	p.recordFallback(job, reason)
+	j, err := p.intake.Get(ctx, job.ID)
 	if err != nil {
 		j = job
 	}
-	return &ProxyResult{Job: j, Fallback: true, Reason: reason, UpstreamStatus: upstreamStatus, Sub: sub,
-		Load: s.load.report(s.d.flowRate(job.Upstream()))}, nil
+	return &Result{Job: j, Fallback: true, Reason: reason, UpstreamStatus: upstreamStatus, Sub: sub,
+		Load: p.load.Report(p.d.FlowRate(job.Upstream()))}, nil
 }
 
 // overloaded classifies a direct answer: 429, any 5xx, or ORCA utilization

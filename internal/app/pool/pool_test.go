@@ -1,4 +1,4 @@
-package app
+package pool
 
 import (
 	"math"
@@ -20,19 +20,19 @@ func reg(id string, rps float64) *domain.MemberRegistration {
 		HeartbeatInterval: 10 * time.Second}
 }
 
-func newTestPools(clock *fakeNow) (*pools, *[]string) {
+func newTestPools(clock *fakeNow) (*Registry, *[]string) {
 	var woken []string
-	p := newPools(clock.now, func(id string) { woken = append(woken, id) })
+	p := New(clock.now, func(id string) { woken = append(woken, id) })
 	return p, &woken
 }
 
 // pickN picks n times, releasing each pick as a success with no signals,
 // and counts picks per member.
-func pickN(t *testing.T, p *pools, n int) map[string]int {
+func pickN(t *testing.T, p *Registry, n int) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
 	for range n {
-		id, _, _, _, ok := p.pick("p", "")
+		id, _, _, _, ok := p.Pick("p", "")
 		if !ok {
 			t.Fatal("pick failed")
 		}
@@ -47,8 +47,8 @@ func pickN(t *testing.T, p *pools, n int) map[string]int {
 func TestPoolSelectionIsProportionalToCapacity(t *testing.T) {
 	t.Parallel()
 	p, _ := newTestPools(newFakeNow())
-	p.register(reg("big", 100))
-	p.register(reg("small", 25))
+	p.Register(reg("big", 100))
+	p.Register(reg("small", 25))
 	counts := pickN(t, p, 2000)
 	ratio := float64(counts["big"]) / float64(counts["small"])
 	if math.Abs(ratio-4) > 0.4 { // ±10 %
@@ -60,11 +60,11 @@ func TestPoolSelectionFollowsReputationAndMemberPace(t *testing.T) {
 	t.Parallel()
 	p, _ := newTestPools(newFakeNow())
 	for _, id := range []string{"a", "b", "c"} {
-		p.register(reg(id, 20))
+		p.Register(reg(id, 20))
 	}
 	// b fails once (×0.5); c says it can take only 5 rps.
-	p.record("p", "b", memberOutcome{failed: true})
-	p.record("p", "c", memberOutcome{observed: true, status: 200, signals: pacing.Signals{RPS: 5}})
+	p.Record("p", "b", Outcome{Failed: true})
+	p.Record("p", "c", Outcome{Observed: true, Status: 200, Signals: pacing.Signals{RPS: 5}})
 	p.mu.Lock()
 	for _, m := range p.byID["p"].members {
 		m.inFlight = 0
@@ -77,7 +77,7 @@ func TestPoolSelectionFollowsReputationAndMemberPace(t *testing.T) {
 			t.Errorf("member %s: %v picks, want %.0f ±10%% (all: %v)", id, got, want, counts)
 		}
 	}
-	rps, _, _ := p.capacity("p")
+	rps, _, _ := p.Capacity("p")
 	if math.Abs(rps-35) > 0.01 {
 		t.Fatalf("pool capacity %.2f, want 35 (the sum of effective rates)", rps)
 	}
@@ -86,9 +86,9 @@ func TestPoolSelectionFollowsReputationAndMemberPace(t *testing.T) {
 func TestNewMemberCompetesImmediately(t *testing.T) {
 	t.Parallel()
 	p, _ := newTestPools(newFakeNow())
-	p.register(reg("old", 10))
+	p.Register(reg("old", 10))
 	pickN(t, p, 500) // old's virtual position is far ahead
-	p.register(reg("new", 10))
+	p.Register(reg("new", 10))
 	counts := pickN(t, p, 200)
 	if counts["new"] < 80 || counts["new"] > 120 {
 		t.Fatalf("a newcomer got %d of 200 picks; it starts at the pool's minimum position, so ~100", counts["new"])
@@ -99,23 +99,23 @@ func TestReputationArithmetic(t *testing.T) {
 	t.Parallel()
 	clock := newFakeNow()
 	p, _ := newTestPools(clock)
-	p.register(reg("m", 10))
-	rep := func() float64 { return p.snapshot()["p"].Members[0].Reputation }
-	p.record("p", "m", memberOutcome{failed: true})
-	p.record("p", "m", memberOutcome{failed: true})
+	p.Register(reg("m", 10))
+	rep := func() float64 { return p.Snapshot()["p"].Members[0].Reputation }
+	p.Record("p", "m", Outcome{Failed: true})
+	p.Record("p", "m", Outcome{Failed: true})
 	if rep() != 0.25 {
 		t.Fatalf("two failures: %v, want 0.25", rep())
 	}
-	p.record("p", "m", memberOutcome{status: 200, observed: true})
+	p.Record("p", "m", Outcome{Status: 200, Observed: true})
 	if rep() != 0.375 {
 		t.Fatalf("then a success: %v, want 0.375 (×1.5)", rep())
 	}
-	p.register(reg("m", 10)) // heartbeat
+	p.Register(reg("m", 10)) // heartbeat
 	if got := rep(); math.Abs(got-0.4125) > 1e-9 {
 		t.Fatalf("then a heartbeat: %v, want 0.4125 (×1.1)", got)
 	}
 	for range 5 {
-		p.record("p", "m", memberOutcome{status: 429, observed: true}) // 429 is a success for reputation
+		p.Record("p", "m", Outcome{Status: 429, Observed: true}) // 429 is a success for reputation
 	}
 	if rep() != 1 {
 		t.Fatalf("successes cap at 1, got %v", rep())
@@ -126,34 +126,34 @@ func TestFloorEvictionNeedsSustainedFailureWithoutSuccess(t *testing.T) {
 	t.Parallel()
 	clock := newFakeNow()
 	p, _ := newTestPools(clock)
-	p.register(reg("bad", 10))
-	p.register(reg("good", 10))
+	p.Register(reg("bad", 10))
+	p.Register(reg("good", 10))
 	for range 5 { // 1/32 ≤ 0.05: at the floor, timer starts
-		p.record("p", "bad", memberOutcome{failed: true})
+		p.Record("p", "bad", Outcome{Failed: true})
 	}
 	clock.add(11 * time.Second)
-	p.record("p", "bad", memberOutcome{failed: true})
-	if len(p.snapshot()["p"].Members) != 2 {
+	p.Record("p", "bad", Outcome{Failed: true})
+	if len(p.Snapshot()["p"].Members) != 2 {
 		t.Fatal("evicted before 12 s at the floor")
 	}
 	// A success resets the floor timer even while the reputation stays low.
-	p.record("p", "bad", memberOutcome{status: 200, observed: true})
-	p.record("p", "bad", memberOutcome{failed: true})
-	p.record("p", "bad", memberOutcome{failed: true})
+	p.Record("p", "bad", Outcome{Status: 200, Observed: true})
+	p.Record("p", "bad", Outcome{Failed: true})
+	p.Record("p", "bad", Outcome{Failed: true})
 	clock.add(11 * time.Second)
-	if p.sweep(holdAll); len(p.snapshot()["p"].Members) != 2 {
+	if p.Sweep(holdAll); len(p.Snapshot()["p"].Members) != 2 {
 		t.Fatal("the success did not reset the floor timer")
 	}
 	clock.add(2 * time.Second)
 	// 13 s at the floor with no success: the sweep evicts it even though it
 	// receives no traffic (the original needed one more failure to notice).
-	evicted := p.sweep(holdAll)
-	if len(evicted) != 1 || evicted[0] != "p/bad" || len(p.snapshot()["p"].Members) != 1 {
-		t.Fatalf("sweep evicted %v; members %v", evicted, p.snapshot()["p"].Members)
+	evicted := p.Sweep(holdAll)
+	if len(evicted) != 1 || evicted[0] != "p/bad" || len(p.Snapshot()["p"].Members) != 1 {
+		t.Fatalf("sweep evicted %v; members %v", evicted, p.Snapshot()["p"].Members)
 	}
 	// Re-registering soon after a failure eviction comes back on probation.
-	p.register(reg("bad", 10))
-	for _, m := range p.snapshot()["p"].Members {
+	p.Register(reg("bad", 10))
+	for _, m := range p.Snapshot()["p"].Members {
 		if m.ID == "bad" && m.Reputation != probationRep {
 			t.Fatalf("re-registered failing member at reputation %v, want probation %v", m.Reputation, probationRep)
 		}
@@ -168,9 +168,9 @@ func TestProbationTightensForARepeatOffender(t *testing.T) {
 	t.Parallel()
 	clock := newFakeNow()
 	p, _ := newTestPools(clock)
-	p.register(reg("good", 10))
+	p.Register(reg("good", 10))
 	rep := func() float64 {
-		for _, m := range p.snapshot()["p"].Members {
+		for _, m := range p.Snapshot()["p"].Members {
 			if m.ID == "bad" {
 				return m.Reputation
 			}
@@ -180,23 +180,23 @@ func TestProbationTightensForARepeatOffender(t *testing.T) {
 	evict := func() {
 		t.Helper()
 		for range 8 {
-			p.record("p", "bad", memberOutcome{failed: true})
+			p.Record("p", "bad", Outcome{Failed: true})
 		}
 		clock.add(13 * time.Second)
-		p.register(reg("good", 10))
-		if ev := p.sweep(holdAll); len(ev) != 1 {
+		p.Register(reg("good", 10))
+		if ev := p.Sweep(holdAll); len(ev) != 1 {
 			t.Fatalf("sweep evicted %v, want p/bad", ev)
 		}
 	}
-	p.register(reg("bad", 10))
+	p.Register(reg("bad", 10))
 	evict()
 	for i, want := range []float64{0.25, 0.125, 0.1, 0.1} {
-		p.register(reg("bad", 10))
+		p.Register(reg("bad", 10))
 		if got := rep(); got != want {
 			t.Fatalf("return %d: reputation %v, want %v", i+1, got, want)
 		}
 		for range 20 {
-			p.register(reg("bad", 10)) // heartbeats: alive, not proven working
+			p.Register(reg("bad", 10)) // heartbeats: alive, not proven working
 		}
 		if got := rep(); got != want {
 			t.Fatalf("return %d: heartbeats raised reputation on probation to %v (want %v)", i+1, got, want)
@@ -204,10 +204,10 @@ func TestProbationTightensForARepeatOffender(t *testing.T) {
 		evict()
 	}
 	// A success ends probation: heartbeats restore it again.
-	p.register(reg("bad", 10))
-	p.record("p", "bad", memberOutcome{status: 200, observed: true})
+	p.Register(reg("bad", 10))
+	p.Record("p", "bad", Outcome{Status: 200, Observed: true})
 	for range 30 {
-		p.register(reg("bad", 10))
+		p.Register(reg("bad", 10))
 	}
 	if got := rep(); got != 1 {
 		t.Fatalf("after a success and heartbeats: reputation %v, want 1", got)
@@ -218,13 +218,13 @@ func TestFailureEvictionOnFailureAfterWindow(t *testing.T) {
 	t.Parallel()
 	clock := newFakeNow()
 	p, _ := newTestPools(clock)
-	p.register(reg("bad", 10))
+	p.Register(reg("bad", 10))
 	for range 5 {
-		p.record("p", "bad", memberOutcome{failed: true})
+		p.Record("p", "bad", Outcome{Failed: true})
 	}
 	clock.add(12 * time.Second)
-	p.record("p", "bad", memberOutcome{failed: true})
-	if _, ok := p.snapshot()["p"]; ok && len(p.snapshot()["p"].Members) != 0 {
+	p.Record("p", "bad", Outcome{Failed: true})
+	if _, ok := p.Snapshot()["p"]; ok && len(p.Snapshot()["p"].Members) != 0 {
 		t.Fatal("a failure after 12 s at the floor must evict")
 	}
 }
@@ -233,20 +233,20 @@ func TestHeartbeatEviction(t *testing.T) {
 	t.Parallel()
 	clock := newFakeNow()
 	p, _ := newTestPools(clock)
-	p.register(reg("quiet", 10)) // interval 10 s
-	p.register(reg("alive", 10))
+	p.Register(reg("quiet", 10)) // interval 10 s
+	p.Register(reg("alive", 10))
 	clock.add(25 * time.Second)
-	p.register(reg("alive", 10))
-	if ev := p.sweep(holdAll); len(ev) != 0 {
+	p.Register(reg("alive", 10))
+	if ev := p.Sweep(holdAll); len(ev) != 0 {
 		t.Fatalf("evicted %v after 2.5 intervals", ev)
 	}
 	clock.add(6 * time.Second) // quiet: 31 s > 3 × 10 s
-	if ev := p.sweep(holdAll); len(ev) != 1 || ev[0] != "p/quiet" {
+	if ev := p.Sweep(holdAll); len(ev) != 1 || ev[0] != "p/quiet" {
 		t.Fatalf("sweep evicted %v, want p/quiet", ev)
 	}
 	// Re-registering after a heartbeat eviction is a fresh member at 1.0.
-	p.register(reg("quiet", 10))
-	for _, m := range p.snapshot()["p"].Members {
+	p.Register(reg("quiet", 10))
+	for _, m := range p.Snapshot()["p"].Members {
 		if m.ID == "quiet" && m.Reputation != 1 {
 			t.Fatalf("rejoined at %v", m.Reputation)
 		}
@@ -257,39 +257,39 @@ func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
 	t.Parallel()
 	clock := newFakeNow()
 	p, _ := newTestPools(clock)
-	p.register(reg("a", 10))
-	p.register(reg("b", 10))
+	p.Register(reg("a", 10))
+	p.Register(reg("b", 10))
 	for range 20 {
-		id, _, _, _, ok := p.pick("p", "a")
+		id, _, _, _, ok := p.Pick("p", "a")
 		if !ok || id != "b" {
 			t.Fatalf("pick avoiding a = %q, %v", id, ok)
 		}
-		p.record("p", id, memberOutcome{status: 200, observed: true})
+		p.Record("p", id, Outcome{Status: 200, Observed: true})
 	}
 	// A 429 pauses b; a takes everything until the pause ends.
-	p.record("p", "b", memberOutcome{status: 429, observed: true, deferTo: clock.t.Add(time.Second)})
+	p.Record("p", "b", Outcome{Status: 429, Observed: true, DeferTo: clock.t.Add(time.Second)})
 	p.mu.Lock()
 	p.byID["p"].members["b"].inFlight = 0
 	p.mu.Unlock()
 	for range 5 {
-		id, _, _, _, _ := p.pick("p", "")
+		id, _, _, _, _ := p.Pick("p", "")
 		if id != "a" {
 			t.Fatalf("picked %q while b is paused", id)
 		}
-		p.record("p", id, memberOutcome{status: 200, observed: true})
+		p.Record("p", id, Outcome{Status: 200, Observed: true})
 	}
-	if rps, _, _ := p.capacity("p"); rps != 10 {
+	if rps, _, _ := p.Capacity("p"); rps != 10 {
 		t.Fatalf("capacity with b paused = %v, want 10", rps)
 	}
 	// Only the avoided member is available: better it than waiting.
-	id, _, _, _, ok := p.pick("p", "a")
+	id, _, _, _, ok := p.Pick("p", "a")
 	if !ok || id != "a" {
 		t.Fatalf("pick with only the avoided member free = %q, %v", id, ok)
 	}
-	p.record("p", "a", memberOutcome{status: 200, observed: true})
+	p.Record("p", "a", Outcome{Status: 200, Observed: true})
 	// Everyone paused: no pick, and the wait until the first pause ends.
-	p.record("p", "a", memberOutcome{status: 429, observed: true, deferTo: clock.t.Add(300 * time.Millisecond)})
-	if _, _, _, wait, ok := p.pick("p", ""); ok || wait != 300*time.Millisecond {
+	p.Record("p", "a", Outcome{Status: 429, Observed: true, DeferTo: clock.t.Add(300 * time.Millisecond)})
+	if _, _, _, wait, ok := p.Pick("p", ""); ok || wait != 300*time.Millisecond {
 		t.Fatalf("pick with all paused = ok %v wait %v", ok, wait)
 	}
 }
@@ -297,17 +297,17 @@ func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
 func TestMemberConcurrencyLimit(t *testing.T) {
 	t.Parallel()
 	p, _ := newTestPools(newFakeNow())
-	p.register(reg("one", 2)) // at most 2 in flight
+	p.Register(reg("one", 2)) // at most 2 in flight
 	for range 2 {
-		if _, _, _, _, ok := p.pick("p", ""); !ok {
+		if _, _, _, _, ok := p.Pick("p", ""); !ok {
 			t.Fatal("pick within the limit failed")
 		}
 	}
-	if _, _, _, _, ok := p.pick("p", ""); ok {
+	if _, _, _, _, ok := p.Pick("p", ""); ok {
 		t.Fatal("a third concurrent pick of a 2 rps member")
 	}
-	p.record("p", "one", memberOutcome{status: 200, observed: true})
-	if _, _, _, _, ok := p.pick("p", ""); !ok {
+	p.Record("p", "one", Outcome{Status: 200, Observed: true})
+	if _, _, _, _, ok := p.Pick("p", ""); !ok {
 		t.Fatal("no pick after a slot freed")
 	}
 }
@@ -315,19 +315,19 @@ func TestMemberConcurrencyLimit(t *testing.T) {
 func TestRegisterWakesThePoolAndLeaveRemoves(t *testing.T) {
 	t.Parallel()
 	p, woken := newTestPools(newFakeNow())
-	if !p.register(reg("m", 10)) || p.register(reg("m", 10)) {
+	if !p.Register(reg("m", 10)) || p.Register(reg("m", 10)) {
 		t.Fatal("register should report new then known")
 	}
 	if len(*woken) != 2 || (*woken)[0] != "p" {
 		t.Fatalf("woken %v", *woken)
 	}
-	if err := p.leave("p", "m"); err != nil {
+	if err := p.Leave("p", "m"); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.leave("p", "m"); domain.CodeOf(err) != domain.CodeNotFound {
+	if err := p.Leave("p", "m"); domain.CodeOf(err) != domain.CodeNotFound {
 		t.Fatalf("second leave = %v", err)
 	}
-	if _, _, _, _, ok := p.pick("p", ""); ok {
+	if _, _, _, _, ok := p.Pick("p", ""); ok {
 		t.Fatal("picked from an empty pool")
 	}
 }

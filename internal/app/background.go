@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,46 +19,47 @@ const maxPositionsPerTick = 1000
 // the load-count refresh and position events. Every loop stops with stop.
 type background struct {
 	cancel context.CancelFunc
+	clock  ports.Clock
 	wg     sync.WaitGroup
 }
 
 func (s *Service) startBackground() *background {
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &background{cancel: cancel}
-	b.every(ctx, s.d, s.cfg.SweepInterval, s.sweep)
-	b.every(ctx, s.d, s.cfg.LoadRefresh, func(ctx context.Context) { s.load.refresh(ctx, false) })
-	b.every(ctx, s.d, s.cfg.PositionInterval, s.publishPositions)
-	b.every(ctx, s.d, s.cfg.PoolSweep, s.sweepPools)
-	if s.d.cluster != nil {
-		b.run(func() { s.leaseLoop(ctx) })
+	b := &background{cancel: cancel, clock: s.cfg.Clock}
+	b.every(ctx, s.cfg.SweepInterval, s.sweep)
+	b.every(ctx, s.cfg.LoadRefresh, func(ctx context.Context) { s.load.Refresh(ctx, false) })
+	b.every(ctx, s.cfg.PositionInterval, s.publishPositions)
+	b.every(ctx, s.cfg.PoolSweep, s.sweepPools)
+	if s.leases != nil {
+		b.run(func() { s.leases.Loop(ctx) })
 		b.run(func() {
-			if err := s.d.cluster.c.Bus.Listen(ctx, func(m ports.ClusterMessage) { s.onClusterMessage(ctx, m) }); err != nil && ctx.Err() == nil {
+			if err := s.bus.Listen(ctx, func(m ports.ClusterMessage) { s.onClusterMessage(ctx, m) }); err != nil && ctx.Err() == nil {
 				s.log.Error("listening to other processes stopped", zap.Error(err))
 			}
 		})
-		b.run(func() { s.poolSyncLoop(ctx) })
+		b.run(func() { s.shared.Loop(ctx) })
 	}
 	if s.drain != nil {
-		b.every(ctx, s.d, s.cfg.Drain.Tick, func(ctx context.Context) { s.drain.tick(ctx, s.cfg.Clock.Now()) })
+		b.every(ctx, s.drain.Every(), s.drain.Tick)
 	}
-	b.every(ctx, s.d, time.Minute, func(context.Context) {
-		s.nonces.Sweep(s.cfg.Clock.Now())
-		s.d.pruneCanceled(s.cfg.Clock.Now())
+	b.every(ctx, time.Minute, func(context.Context) {
+		s.signer.SweepNonces()
+		s.d.PruneCanceled(s.cfg.Clock.Now())
 	})
 	return b
 }
 
-func (b *background) every(ctx context.Context, d *dispatcher, interval time.Duration, fn func(context.Context)) {
+func (b *background) every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		for {
-			c, stop := d.after(interval)
+			t := b.clock.NewTimer(interval)
 			select {
 			case <-ctx.Done():
-				stop()
+				t.Stop()
 				return
-			case <-c:
+			case <-t.C():
 			}
 			fn(ctx)
 		}
@@ -102,7 +102,7 @@ func (s *Service) sweep(ctx context.Context) {
 	}
 	reset, err := s.cfg.Store.ResetStale(ctx, &ports.ResetStaleParams{
 		DispatchedBefore: now.Add(-s.cfg.StaleAfter),
-		Exclude:          s.d.executingSet(),
+		Exclude:          s.d.ExecutingSet(),
 		Now:              now,
 	})
 	if err != nil {
@@ -111,7 +111,7 @@ func (s *Service) sweep(ctx context.Context) {
 	}
 	for _, j := range reset {
 		log.Warn("job was in flight too long; requeued", zap.String("job_id", string(j.ID)))
-		s.d.notify(j.ReadyQueue, true)
+		s.d.Notify(j.ReadyQueue, true)
 	}
 }
 
@@ -127,7 +127,7 @@ func (s *Service) publishPositions(ctx context.Context) {
 			return
 		}
 		j, err := s.cfg.Store.Get(ctx, id)
-		if err != nil || j.Status != domain.StatusQueued || s.d.isExecuting(id) {
+		if err != nil || j.Status != domain.StatusQueued || s.d.Executing(id) {
 			continue
 		}
 		if pos, err := s.Position(ctx, j); err == nil {
@@ -137,15 +137,14 @@ func (s *Service) publishPositions(ctx context.Context) {
 }
 
 // sweepPools evicts pool members that stopped heartbeating or sat at the
-// reputation floor too long.
+// reputation floor too long (in cluster mode, of the pools whose lane this
+// process holds; the others' state is their holder's).
 func (s *Service) sweepPools(ctx context.Context) {
-	for _, m := range s.pools.sweep(s.d.holds) {
+	evicted := s.pools.Sweep(s.d.Holds)
+	for _, m := range evicted {
 		s.log.Warn("pool member evicted", zap.String("member", m))
-		if s.d.cluster != nil {
-			pool, member, _ := strings.Cut(m, "/")
-			if _, err := s.d.cluster.c.Members.DeleteMember(ctx, pool, member); err != nil {
-				s.log.Warn("removing an evicted pool member from the shared store failed", zap.Error(err))
-			}
-		}
+	}
+	if s.shared != nil {
+		s.shared.Evicted(ctx, evicted)
 	}
 }

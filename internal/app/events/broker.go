@@ -1,4 +1,6 @@
-package app
+// Package events fans job events out to the subscribers that follow a job
+// (SSE streams, long polls, the A2A and MCP adapters).
+package events
 
 import (
 	"sync"
@@ -55,7 +57,7 @@ func (b *Broker) Publish(ev domain.Event) {
 	for _, s := range b.sinks {
 		s.Publish(ev)
 	}
-	b.deliver(ev)
+	b.Deliver(ev)
 }
 
 // HasSubscribers reports whether anyone follows job id.
@@ -65,9 +67,9 @@ func (b *Broker) HasSubscribers(id domain.JobID) bool {
 	return len(b.subs[id]) > 0
 }
 
-// deliver hands ev to its subscribers only (an event another process
+// Deliver hands ev to its subscribers only (an event another process
 // published: its sinks counted it there).
-func (b *Broker) deliver(ev domain.Event) {
+func (b *Broker) Deliver(ev domain.Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs[ev.JobID] {

@@ -1,4 +1,4 @@
-package app
+package drain
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func TestDrainStateMachine(t *testing.T) {
 	var flushErr error
 	var d *drainer
 	var duringFlush func()
-	d = newDrainer(DrainConfig{Enabled: true, WebhookURL: "http://x.test", Idle: 45 * time.Second}, zap.NewNop(),
+	d = newDrainer(Config{Enabled: true, WebhookURL: "http://x.test", Idle: 45 * time.Second}, zap.NewNop(),
 		func(context.Context) (bool, error) { return idle, nil },
 		func(_ context.Context, id string, stillIdle func() bool) (int, error) {
 			flushes = append(flushes, id)
@@ -40,26 +40,26 @@ func TestDrainStateMachine(t *testing.T) {
 	ctx := context.Background()
 
 	d.tick(ctx, at(0))
-	expect("busy", DrainActive, 0)
+	expect("busy", Active, 0)
 	idle = true
 	d.tick(ctx, at(5))
-	expect("idle starts", DrainDraining, 0)
+	expect("idle starts", Draining, 0)
 	if h := d.health(); h.IdleSinceMS != at(5).UnixMilli() {
 		t.Fatalf("idle_since %d", h.IdleSinceMS)
 	}
 	d.tick(ctx, at(49))
-	expect("timer not up", DrainDraining, 0)
+	expect("timer not up", Draining, 0)
 
 	flushErr = errors.New("drain webhook answered 503")
 	d.tick(ctx, at(50))
-	expect("first flush fails", DrainDraining, 1)
+	expect("first flush fails", Draining, 1)
 	if h := d.health(); h.LastError == "" || h.NextAttemptMS != at(55).UnixMilli() {
 		t.Fatalf("after a failed flush: %+v, want the error and a retry 5 s later", h)
 	}
 	d.tick(ctx, at(54))
-	expect("backing off", DrainDraining, 1)
+	expect("backing off", Draining, 1)
 	d.tick(ctx, at(55))
-	expect("second flush fails", DrainDraining, 2)
+	expect("second flush fails", Draining, 2)
 	if h := d.health(); h.NextAttemptMS != at(65).UnixMilli() {
 		t.Fatalf("backoff did not double: next %d", h.NextAttemptMS)
 	}
@@ -69,19 +69,19 @@ func TestDrainStateMachine(t *testing.T) {
 
 	flushErr = nil
 	d.tick(ctx, at(65))
-	expect("flush succeeds", DrainUnassigned, 3)
+	expect("flush succeeds", Unassigned, 3)
 	if h := d.health(); h.LastFlushMS != at(65).UnixMilli() || h.LastError != "" || h.NextAttemptMS != 0 {
 		t.Fatalf("after the flush: %+v", h)
 	}
 	d.tick(ctx, at(200))
-	expect("unassigned stays put", DrainUnassigned, 3)
+	expect("unassigned stays put", Unassigned, 3)
 
 	d.activity()
-	expect("new work", DrainActive, 3)
+	expect("new work", Active, 3)
 	d.tick(ctx, at(201))
-	expect("idle again", DrainDraining, 3)
+	expect("idle again", Draining, 3)
 	d.tick(ctx, at(246))
-	expect("second idle period flushes", DrainUnassigned, 4)
+	expect("second idle period flushes", Unassigned, 4)
 	if flushes[3] == flushes[0] {
 		t.Fatal("a new idle period must get a new flush id")
 	}
@@ -91,7 +91,7 @@ func TestDrainStateMachine(t *testing.T) {
 	d.tick(ctx, at(300))
 	duringFlush = d.activity
 	d.tick(ctx, at(345))
-	expect("work during the flush", DrainActive, 5)
+	expect("work during the flush", Active, 5)
 	if h := d.health(); h.LastError != "" || h.NextAttemptMS != 0 {
 		t.Fatalf("an interrupted flush counted as a failure: %+v", h)
 	}
@@ -99,12 +99,12 @@ func TestDrainStateMachine(t *testing.T) {
 
 	// Work seen by the idle check resets the timer.
 	d.tick(ctx, at(400))
-	expect("idle", DrainDraining, 5)
+	expect("idle", Draining, 5)
 	idle = false
 	d.tick(ctx, at(430))
-	expect("busy again", DrainActive, 5)
+	expect("busy again", Active, 5)
 	idle = true
 	d.tick(ctx, at(431))
 	d.tick(ctx, at(470))
-	expect("timer restarted", DrainDraining, 5)
+	expect("timer restarted", Draining, 5)
 }
