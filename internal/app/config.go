@@ -234,16 +234,7 @@ func (c Config) WithDefaults() Config {
 // Validate reports every problem with a defaulted config.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Store == nil {
-		errs = append(errs, errors.New("app: Store is required"))
-	}
-	if c.Doer == nil {
-		errs = append(errs, errors.New("app: Doer is required"))
-	}
-	if err := c.Rates.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Outage.Validate(); err != nil {
+	if err := c.dispatch().Validate(); err != nil { // the store, the Doer, rates, outages
 		errs = append(errs, err)
 	}
 	errs = append(errs, trust.ValidateSecrets("app: WebhookSecrets", c.WebhookSecrets)...)
