@@ -28,7 +28,7 @@ func TestTenants(t *testing.T) {
 	if a.Name != "Alpha" || a.KeySHA256 != ha || a.MaxQueued != 0 {
 		t.Fatalf("alpha %+v (names keep their case; hashes are lower-cased)", a)
 	}
-	if b.MaxQueued != 7 || b.Upstreams["api.example.com"] != (domain.Rate{RPS: 5, MaxConcurrent: 2}) {
+	if b.MaxQueued != 7 || b.Rates["api.example.com"] != (domain.Rate{RPS: 5, MaxConcurrent: 2}) {
 		t.Fatalf("bravo %+v", b)
 	}
 }
