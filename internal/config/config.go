@@ -1,5 +1,8 @@
 // Package config is the only code in Aquifer that reads environment variables
-// and configuration files. It turns them into a typed, validated Config.
+// and configuration files. It turns them into a typed, validated Config whose
+// values already have the types the core uses (tenant.Tenant, l8.Secret,
+// domain.RateTable, a checked ed25519 key), checked by those types' own
+// checks; aquiferd places them in aquifer.Options in one function.
 //
 // Every setting has an environment variable and a YAML key; the environment
 // wins over the file, and the file over the built-in default. The YAML file
