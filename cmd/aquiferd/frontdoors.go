@@ -16,7 +16,6 @@ import (
 
 	a2aagent "github.com/aquiferhq/aquifer/internal/adapters/inbound/a2a"
 	httpapi "github.com/aquiferhq/aquifer/internal/adapters/inbound/http"
-	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
 	mcpadapter "github.com/aquiferhq/aquifer/internal/adapters/inbound/mcp"
 	"github.com/aquiferhq/aquifer/internal/adapters/inbound/proxy"
 	"github.com/aquiferhq/aquifer/internal/config"
@@ -104,7 +103,7 @@ func (w *webDoor) Start(ctx context.Context, aq *aquifer.Aquifer) error {
 		return aquifer.ErrClosed
 	}
 	cfg, log, svc := w.cfg, aq.Logger(), aq.Service()
-	auth := tenantAuth(cfg.Tenants)
+	auth := aq.Auth()
 	api := httpapi.New(svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, PoolToken: cfg.PoolToken, Logger: log,
 		HealthOnly: !cfg.HasAdapter("http"), Auth: auth})
 	mux := api.Router()
@@ -252,13 +251,4 @@ func frontDoors(cfg *config.Config, metrics *aquifer.PrometheusMetrics, stdout i
 		doors = append(doors, &stdioDoor{mcp: m, in: os.Stdin, out: stdout, exits: ex})
 	}
 	return web, doors
-}
-
-// tenantAuth is the API-key check shared by every HTTP adapter.
-func tenantAuth(ts []config.Tenant) *httpkit.Auth {
-	hashes := make(map[string]string, len(ts))
-	for _, t := range ts {
-		hashes[t.Name] = t.KeySHA256
-	}
-	return httpkit.NewAuth(hashes)
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -95,76 +93,61 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	key, err := l8Key(cfg.L8PrivateKey)
-	if err != nil {
-		return nil, err
-	}
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	var cluster aquifer.ClusterOptions
+	opts := options(cfg)
+	opts.Store, opts.Logger = store, log
 	if cfg.StoreBackend == "postgres" {
 		// Every instance on the database is one cluster: each destination
 		// is dispatched by one of them at a time.
-		if cluster.Peers, err = aquifer.PostgresPeers(store); err != nil {
+		if opts.Cluster.Peers, err = aquifer.PostgresPeers(store); err != nil {
 			return nil, errors.Join(err, store.Close())
 		}
 	}
-	var metrics aquifer.Metrics // nil: the core counts nothing
 	var prom *aquifer.PrometheusMetrics
 	if cfg.Metrics {
 		prom = aquifer.NewPrometheusMetrics(aquifer.PrometheusOptions{})
-		metrics = prom
+		opts.Metrics = prom
 	}
 	d := &daemon{cfg: cfg, log: log, store: store, exits: make(exits, 1)}
-	web, doors := frontDoors(cfg, prom, stdout, d.exits)
-	d.web = web
-	d.aq, err = aquifer.New(aquifer.Options{
-		Store:            store,
-		Logger:           log,
-		Metrics:          metrics,
-		Rates:            aquifer.RateTable{Defaults: cfg.Rates.Defaults, Hosts: cfg.Rates.Upstreams},
-		RequestTimeout:   cfg.RequestTimeout,
-		MaxBodyBytes:     cfg.MaxBodyBytes,
-		MaxResponseBytes: cfg.MaxResponseBytes,
-		LaneWindow:       cfg.LaneWindow,
-		Outage:           outage(cfg),
-		Cluster:          cluster,
-		Admission: aquifer.AdmissionLimits{
-			MemoryLimitMB: cfg.MemoryLimitMB,
-			DBMaxBytes:    cfg.DBMaxBytes,
-			RetryAfter:    cfg.RetryAfter,
-		},
-		Destinations: cfg.Destinations,
-		L8:           aquifer.L8Options{PrivateKey: key, KeyPath: cfg.L8KeyPath, TrustDir: cfg.L8TrustDir, MissTTL: cfg.L8MissTTL},
-		Tenants:      tenants(cfg.Tenants),
-		Proxy: aquifer.ProxyOptions{DirectTimeout: cfg.ProxyDirectTimeout, BreakerMultiplier: cfg.ProxyBreakerMultiplier,
-			DefaultCooldown: cfg.ProxyBreakerCooldown, ORCAThreshold: cfg.ProxyORCAThreshold},
-		WebhookSecrets: cfg.WebhookSecrets,
-		Drain: aquifer.DrainOptions{Enabled: cfg.DrainEnabled, WebhookURL: cfg.DrainWebhookURL, Idle: cfg.DrainIdle,
-			PageSize: cfg.DrainPageSize},
-		Adapters: doors,
-	})
-	if err != nil {
+	d.web, opts.Adapters = frontDoors(cfg, prom, stdout, d.exits)
+	if d.aq, err = aquifer.New(opts); err != nil {
 		return nil, errors.Join(err, store.Close())
 	}
 	return d, nil
 }
 
-// l8Key decodes L8_PRIVATE_KEY; "" means the key file holds the key.
-func l8Key(b64 string) (ed25519.PrivateKey, error) {
-	if b64 == "" {
-		return nil, nil
+// options is where the configuration meets the facade's typed options: the
+// one place each setting is placed. The values are config's, already
+// checked there; the facade's own checks run on them again in New (the
+// same checks, reporting in its names). What is not a setting — the store,
+// the logger, metrics, cluster peers, the front doors — build adds.
+func options(cfg *config.Config) aquifer.Options {
+	outage := aquifer.OutageOptions{FailureThreshold: cfg.OutageFailureThreshold, ProbeInterval: cfg.OutageProbeInterval,
+		MaxProbeInterval: cfg.OutageMaxProbeInterval, MaxHold: cfg.MaxOutageHold}
+	if outage.FailureThreshold == 0 {
+		outage.FailureThreshold = -1 // AQUIFER_OUTAGE_FAILURE_THRESHOLD=0 turns circuits off
 	}
-	raw, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil || len(raw) != ed25519.PrivateKeySize {
-		return nil, errors.New("L8_PRIVATE_KEY must be the standard base64 of a 64-byte Ed25519 private key")
+	return aquifer.Options{
+		Rates:            cfg.Rates,
+		RequestTimeout:   cfg.RequestTimeout,
+		MaxBodyBytes:     cfg.MaxBodyBytes,
+		MaxResponseBytes: cfg.MaxResponseBytes,
+		LaneWindow:       cfg.LaneWindow,
+		Outage:           outage,
+		Admission: aquifer.AdmissionLimits{MemoryLimitMB: cfg.MemoryLimitMB, DBMaxBytes: cfg.DBMaxBytes,
+			RetryAfter: cfg.RetryAfter},
+		Destinations:   cfg.Destinations,
+		L8:             aquifer.L8Options{PrivateKey: cfg.L8PrivateKey, KeyPath: cfg.L8KeyPath, TrustDir: cfg.L8TrustDir, MissTTL: cfg.L8MissTTL},
+		WebhookSecrets: cfg.WebhookSecrets,
+		Tenants:        cfg.Tenants,
+		Proxy: aquifer.ProxyOptions{DirectTimeout: cfg.ProxyDirectTimeout, BreakerMultiplier: cfg.ProxyBreakerMultiplier,
+			DefaultCooldown: cfg.ProxyBreakerCooldown, ORCAThreshold: cfg.ProxyORCAThreshold},
+		Drain: aquifer.DrainOptions{Enabled: cfg.DrainEnabled, WebhookURL: cfg.DrainWebhookURL, Idle: cfg.DrainIdle,
+			PageSize: cfg.DrainPageSize},
 	}
-	if !bytes.Equal(ed25519.NewKeyFromSeed(raw[:ed25519.SeedSize]), raw) {
-		return nil, errors.New("L8_PRIVATE_KEY is not a valid Ed25519 private key: its public half does not match its seed")
-	}
-	return ed25519.PrivateKey(raw), nil
 }
 
 func (d *daemon) serve(ctx context.Context) error {
@@ -275,14 +258,8 @@ func checkConfig(lookup config.LookupEnv, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	rates := aquifer.RateTable{Defaults: cfg.Rates.Defaults, Hosts: cfg.Rates.Upstreams}
-	if err := rates.Validate(); err != nil {
+	if err := cfg.CheckL8KeyFile(); err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
-	}
-	if cfg.L8PrivateKey == "" {
-		if raw, err := os.ReadFile(cfg.L8KeyPath); err == nil && len(raw) != 64 {
-			return fmt.Errorf("invalid configuration:\nL8 key file %s holds %d bytes, want 64", cfg.L8KeyPath, len(raw))
-		}
 	}
 	src := "environment only"
 	if cfg.ConfigPath != "" {
@@ -295,7 +272,7 @@ func checkConfig(lookup config.LookupEnv, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "\n  listen:    %s:%d (adapters %s)\n", cfg.Host, cfg.Port, strings.Join(cfg.Adapters, ","))
 	fmt.Fprintf(stdout, "  pacing:    default %g rps / %d concurrent, %d destinations configured\n",
-		cfg.Rates.Defaults.RPS, cfg.Rates.Defaults.MaxConcurrent, len(cfg.Rates.Upstreams))
+		cfg.Rates.Defaults.RPS, cfg.Rates.Defaults.MaxConcurrent, len(cfg.Rates.Hosts))
 	if len(cfg.Tenants) > 0 {
 		fmt.Fprintf(stdout, "  tenants:   %d (API keys required)\n", len(cfg.Tenants))
 	} else {
@@ -322,16 +299,6 @@ func signingSummary(cfg *config.Config) string {
 		}
 	}
 	return "signed with " + v1 + "; v1a and L8 with the L8 key"
-}
-
-// tenants converts the configured tenants for the core.
-func tenants(ts []config.Tenant) []aquifer.Tenant {
-	out := make([]aquifer.Tenant, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, aquifer.Tenant{Name: t.Name, KeySHA256: t.KeySHA256, MaxQueued: t.MaxQueued,
-			Rates: t.Upstreams, Destinations: t.Destinations, WebhookSecrets: t.WebhookSecrets})
-	}
-	return out
 }
 
 func debugMux() *http.ServeMux {
@@ -384,15 +351,4 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", s.Env, s.Key, def, s.Doc)
 	}
 	tw.Flush()
-}
-
-// outage maps the outage settings onto the facade's options (a threshold
-// of 0 turns circuits off).
-func outage(cfg *config.Config) aquifer.OutageOptions {
-	o := aquifer.OutageOptions{FailureThreshold: cfg.OutageFailureThreshold, ProbeInterval: cfg.OutageProbeInterval,
-		MaxProbeInterval: cfg.OutageMaxProbeInterval, MaxHold: cfg.MaxOutageHold}
-	if o.FailureThreshold == 0 {
-		o.FailureThreshold = -1
-	}
-	return o
 }

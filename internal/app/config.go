@@ -12,6 +12,7 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,6 +22,7 @@ import (
 	"github.com/aquiferhq/aquifer/internal/app/drain"
 	"github.com/aquiferhq/aquifer/internal/app/edge"
 	"github.com/aquiferhq/aquifer/internal/app/lease"
+	"github.com/aquiferhq/aquifer/internal/app/tenant"
 	"github.com/aquiferhq/aquifer/internal/app/trust"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/l8"
@@ -231,15 +233,31 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// checkSecrets reports the secrets of a list that cannot sign (l8's one
+// check, Secret.Check), each as where[i].
+func checkSecrets(where string, secrets []l8.Secret) []error {
+	var errs []error
+	for i, s := range secrets {
+		var bad *l8.SecretError
+		if errors.As(s.Check(), &bad) {
+			errs = append(errs, fmt.Errorf("%s[%d] %s", where, i, bad.Problem))
+		}
+	}
+	return errs
+}
+
 // Validate reports every problem with a defaulted config.
 func (c Config) Validate() error {
 	var errs []error
 	if err := c.dispatch().Validate(); err != nil { // the store, the Doer, rates, outages
 		errs = append(errs, err)
 	}
-	errs = append(errs, trust.ValidateSecrets("app: WebhookSecrets", c.WebhookSecrets)...)
-	for _, t := range c.Tenants {
-		errs = append(errs, trust.ValidateSecrets("app: tenant "+t.Name+": WebhookSecrets", t.WebhookSecrets)...)
+	errs = append(errs, checkSecrets("app: WebhookSecrets", c.WebhookSecrets)...)
+	for _, p := range tenant.Check(c.Tenants) {
+		errs = append(errs, fmt.Errorf("app: Tenants[%d]: %s %s", p.Index, p.Field, p.Reason))
+	}
+	for i, t := range c.Tenants {
+		errs = append(errs, checkSecrets(fmt.Sprintf("app: Tenants[%d].WebhookSecrets", i), t.WebhookSecrets)...)
 	}
 	if p := c.Cluster.Peers; (p.Leases != nil || p.Bus != nil || p.Members != nil) && !p.Complete() {
 		errs = append(errs, errors.New("app: Cluster.Peers needs all three roles (Leases, Bus, Members) or none"))

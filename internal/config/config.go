@@ -1,5 +1,8 @@
 // Package config is the only code in Aquifer that reads environment variables
-// and configuration files. It turns them into a typed, validated Config.
+// and configuration files. It turns them into a typed, validated Config whose
+// values already have the types the core uses (tenant.Tenant, l8.Secret,
+// domain.RateTable, a checked ed25519 key), checked by those types' own
+// checks; aquiferd places them in aquifer.Options in one function.
 //
 // Every setting has an environment variable and a YAML key; the environment
 // wins over the file, and the file over the built-in default. The YAML file
@@ -21,9 +24,10 @@
 package config
 
 import (
-	"encoding/base64"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -34,7 +38,9 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/aquiferhq/aquifer/internal/app/tenant"
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/l8"
 )
 
 // Config is Aquifer's complete runtime configuration.
@@ -111,8 +117,9 @@ type Config struct {
 	A2APublicURL string
 	// DebugAddr, when set, serves Go's pprof handlers on that address.
 	DebugAddr string
-	// L8PrivateKey is the base64 Ed25519 private key ("" = use the key file).
-	L8PrivateKey string
+	// L8PrivateKey is the Ed25519 private key L8_PRIVATE_KEY gives, decoded
+	// and checked (nil = use the key file).
+	L8PrivateKey ed25519.PrivateKey
 	// L8KeyPath is the key file, read or created; L8TrustDir holds the
 	// trusted receivers.
 	L8KeyPath  string
@@ -121,20 +128,17 @@ type Config struct {
 	// before it is probed again.
 	L8MissTTL time.Duration
 	// WebhookSecrets are the Standard Webhooks shared secrets ("whsec_…")
-	// deliveries are v1-signed with; several while rotating.
-	WebhookSecrets []string
-	// Rates is the pacing table: defaults and per-upstream ceilings.
-	Rates Rates
+	// deliveries are v1-signed with; several while rotating. Each is
+	// checked (l8.Secret.Check).
+	WebhookSecrets []l8.Secret
+	// Rates is the pacing table (YAML defaults: and upstreams:); Hosts keys
+	// are lower-case "host" or "host:port".
+	Rates domain.RateTable
 	// Destinations are the global destination rules (YAML destinations:).
 	Destinations domain.DestinationRules
-	// Tenants are the API-key tenants (YAML tenants:); none means open.
-	Tenants []Tenant
-}
-
-// Rates is the pacing section of the YAML file.
-type Rates struct {
-	Defaults  domain.Rate
-	Upstreams map[string]domain.Rate // keys: lower-case "host" or "host:port"
+	// Tenants are the API-key tenants (YAML tenants:), checked
+	// (tenant.Check); none means open.
+	Tenants []tenant.Tenant
 }
 
 // Setting describes one configuration value: its YAML key, its environment
@@ -262,14 +266,12 @@ var Settings = []Setting{
 		apply: func(c *Config, v string) error { c.DebugAddr = v; return nil }},
 	{Key: "l8.private_key", Env: "L8_PRIVATE_KEY", Default: "",
 		Doc: "Aquifer's L8 identity: standard base64 of a 64-byte Ed25519 private key. Empty means the key file. Invalid is an error at start.",
-		apply: func(c *Config, v string) error {
+		apply: func(c *Config, v string) (err error) {
+			c.L8PrivateKey = nil
 			if v != "" {
-				if raw, err := base64.StdEncoding.DecodeString(v); err != nil || len(raw) != 64 {
-					return errors.New("must be the standard base64 of a 64-byte Ed25519 private key")
-				}
+				c.L8PrivateKey, err = l8.ParsePrivateKey(v)
 			}
-			c.L8PrivateKey = v
-			return nil
+			return
 		}},
 	{Key: "l8.key_path", Env: "L8_KEY_PATH", Default: "",
 		Doc:   "L8 key file (raw 64 bytes, mode 0600), read at start or generated and written there. Empty means l8.key in the data directory.",
@@ -406,6 +408,19 @@ func (c *Config) A2ABaseURL() string {
 	return fmt.Sprintf("http://localhost:%d", c.Port)
 }
 
+// CheckL8KeyFile checks the L8 key file when it is where the key comes from
+// (no L8_PRIVATE_KEY): a file that exists must hold a valid key (l8's one
+// check); a missing one is generated at start. Load does not read it.
+func (c *Config) CheckL8KeyFile() error {
+	if c.L8PrivateKey != nil {
+		return nil
+	}
+	if _, err := l8.ReadKeyFile(c.L8KeyPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("L8 key file %s: %w", c.L8KeyPath, err)
+	}
+	return nil
+}
+
 // LookupEnv reads one environment variable; os.LookupEnv in production.
 type LookupEnv func(string) (string, bool)
 
@@ -415,7 +430,7 @@ func Load(lookup LookupEnv) (*Config, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	cfg := &Config{Rates: Rates{Defaults: domain.DefaultRate}}
+	cfg := &Config{Rates: domain.RateTable{Defaults: domain.DefaultRate}}
 	v := viper.NewWithOptions(viper.KeyDelimiter("::"))
 	if path, ok := lookup("CONFIG_PATH"); ok && path != "" {
 		cfg.ConfigPath = path
@@ -560,7 +575,7 @@ func checkHostCase(path string) error {
 
 // loadRates reads the defaults and upstreams sections. Upstream entries
 // inherit missing fields from defaults.
-func loadRates(v *viper.Viper, r *Rates) error {
+func loadRates(v *viper.Viper, r *domain.RateTable) error {
 	var errs []error
 	if raw := v.Get("defaults"); raw != nil && raw != "" {
 		d, err := parseRate("defaults", raw, domain.DefaultRate)
@@ -575,26 +590,38 @@ func loadRates(v *viper.Viper, r *Rates) error {
 		if !ok {
 			return errors.New("YAML key upstreams: must be a map of host to {rps, max_concurrent}")
 		}
-		r.Upstreams = make(map[string]domain.Rate, len(m))
-		for host, entry := range m {
-			key := strings.ToLower(strings.TrimSpace(host))
-			if key == "" || strings.Contains(key, "/") {
-				errs = append(errs, fmt.Errorf("YAML key upstreams.%s: must be a host or host:port", host))
-				continue
-			}
-			rate, err := parseRate("upstreams."+host, entry, r.Defaults)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if _, dup := r.Upstreams[key]; dup {
-				errs = append(errs, fmt.Errorf("YAML key upstreams.%s: host is listed twice (keys are case-insensitive)", host))
-				continue
-			}
-			r.Upstreams[key] = rate
-		}
+		hosts, err := parseUpstreams("upstreams", m, r.Defaults)
+		r.Hosts = hosts
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// parseUpstreams reads a map of "host" or "host:port" to {rps,
+// max_concurrent} found at YAML key where (the global upstreams: or a
+// tenant's); missing fields inherit from inherit. Keys are lower-cased;
+// entries with an error are left out and reported.
+func parseUpstreams(where string, m map[string]any, inherit domain.Rate) (map[string]domain.Rate, error) {
+	var errs []error
+	out := make(map[string]domain.Rate, len(m))
+	for host, entry := range m {
+		key := strings.ToLower(strings.TrimSpace(host))
+		if key == "" || strings.Contains(key, "/") {
+			errs = append(errs, fmt.Errorf("YAML key %s.%s: must be a host or host:port", where, host))
+			continue
+		}
+		rate, err := parseRate(where+"."+host, entry, inherit)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := out[key]; dup {
+			errs = append(errs, fmt.Errorf("YAML key %s.%s: host is listed twice (keys are case-insensitive)", where, host))
+			continue
+		}
+		out[key] = rate
+	}
+	return out, errors.Join(errs...)
 }
 
 func parseRate(where string, raw any, inherit domain.Rate) (domain.Rate, error) {

@@ -112,7 +112,7 @@ func TestLoadDefaults(t *testing.T) {
 				LogFormat:              "json",
 				Adapters:               []string{"http"},
 				DebugAddr:              "",
-				Rates:                  config.Rates{Defaults: domain.Rate{RPS: 2, MaxConcurrent: 1}},
+				Rates:                  domain.RateTable{Defaults: domain.Rate{RPS: 2, MaxConcurrent: 1}},
 			}
 			if !reflect.DeepEqual(cfg, want) {
 				t.Fatalf("defaults:\n got %+v\nwant %+v", cfg, want)
@@ -410,8 +410,8 @@ upstreams:
 		"slow.example.org":  {RPS: 0.5, MaxConcurrent: 2}, // the minimum rps is accepted
 		"10.0.0.7:9000":     {RPS: 2.5, MaxConcurrent: 1},
 	}
-	if !reflect.DeepEqual(cfg.Rates.Upstreams, want) {
-		t.Fatalf("Upstreams =\n%v\nwant\n%v", cfg.Rates.Upstreams, want)
+	if !reflect.DeepEqual(cfg.Rates.Hosts, want) {
+		t.Fatalf("Upstreams =\n%v\nwant\n%v", cfg.Rates.Hosts, want)
 	}
 }
 
@@ -434,8 +434,8 @@ upstreams:
 		"api.example.com":   {RPS: 7, MaxConcurrent: 1},
 		"other.example.com": {RPS: 2, MaxConcurrent: 9},
 	}
-	if !reflect.DeepEqual(cfg.Rates.Upstreams, want) {
-		t.Fatalf("Upstreams = %v, want %v", cfg.Rates.Upstreams, want)
+	if !reflect.DeepEqual(cfg.Rates.Hosts, want) {
+		t.Fatalf("Upstreams = %v, want %v", cfg.Rates.Hosts, want)
 	}
 }
 
@@ -525,7 +525,7 @@ func TestLoadEmptyConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("empty file: %v", err)
 	}
-	if cfg.Port != 8080 || cfg.Rates.Defaults != domain.DefaultRate || len(cfg.Rates.Upstreams) != 0 {
+	if cfg.Port != 8080 || cfg.Rates.Defaults != domain.DefaultRate || len(cfg.Rates.Hosts) != 0 {
 		t.Fatalf("empty file did not give defaults: %+v", cfg)
 	}
 }
@@ -650,7 +650,7 @@ func TestLoadEmptySections(t *testing.T) {
 	if err != nil {
 		t.Fatalf("empty sections: %v", err)
 	}
-	if cfg.Rates.Defaults.RPS != 2 || len(cfg.Rates.Upstreams) != 0 {
+	if cfg.Rates.Defaults.RPS != 2 || len(cfg.Rates.Hosts) != 0 {
 		t.Fatalf("rates = %+v", cfg.Rates)
 	}
 }

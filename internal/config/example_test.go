@@ -73,7 +73,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	// (a) The file as shipped is accepted, keys and values.
 	if cfg, err := loadExample(examplePath); err != nil {
 		t.Errorf("config.Load(%s): %v", examplePath, err)
-	} else if len(cfg.Rates.Upstreams) == 0 {
+	} else if len(cfg.Rates.Hosts) == 0 {
 		t.Error("the example's upstreams section configures no upstream")
 	}
 

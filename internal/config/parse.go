@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aquiferhq/aquifer/internal/l8"
 )
 
 // oneOf returns v lower-cased if it is one of allowed.
@@ -102,33 +103,30 @@ func parseHost(v string) (string, error) {
 }
 
 // parseWebhookSecrets splits a list of Standard Webhooks shared secrets
-// (separated by spaces or commas) and checks each is "whsec_" + standard
-// base64 of 24 to 64 bytes, the form the official libraries decode. Errors
-// say which entry and what is wrong, never the value.
-func parseWebhookSecrets(v string) ([]string, error) {
+// (separated by spaces or commas) and checks each with l8's one check of
+// the form (whsec_ + standard base64 of 24 to 64 bytes). Errors say which
+// entry and what is wrong, never the value.
+func parseWebhookSecrets(v string) ([]l8.Secret, error) {
 	list := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
-	var errs []error
+	var (
+		out  []l8.Secret
+		errs []error
+	)
 	for i, s := range list {
-		where := "the secret"
-		if len(list) > 1 {
-			where = fmt.Sprintf("secret %d of %d", i+1, len(list))
-		}
-		b64, ok := strings.CutPrefix(s, "whsec_")
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s does not start with whsec_ (aquiferd gen-webhook-secret makes one)", where))
+		sec := l8.SecretFrom(s)
+		var bad *l8.SecretError
+		if errors.As(sec.Check(), &bad) {
+			which := "the secret"
+			if len(list) > 1 {
+				which = fmt.Sprintf("secret %d of %d", i+1, len(list))
+			}
+			errs = append(errs, fmt.Errorf("%s %s (aquiferd gen-webhook-secret makes one)", which, bad.Problem))
 			continue
 		}
-		raw, err := base64.StdEncoding.DecodeString(b64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s is not whsec_ followed by standard base64 (with padding)", where))
-			continue
-		}
-		if len(raw) < 24 || len(raw) > 64 {
-			errs = append(errs, fmt.Errorf("%s decodes to %d bytes; use 24 to 64 (aquiferd gen-webhook-secret makes 32)", where, len(raw)))
-		}
+		out = append(out, sec)
 	}
-	if len(errs) > 0 || len(list) == 0 {
+	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return list, nil
+	return out, nil
 }

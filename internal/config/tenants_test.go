@@ -28,7 +28,7 @@ func TestTenants(t *testing.T) {
 	if a.Name != "Alpha" || a.KeySHA256 != ha || a.MaxQueued != 0 {
 		t.Fatalf("alpha %+v (names keep their case; hashes are lower-cased)", a)
 	}
-	if b.MaxQueued != 7 || b.Upstreams["api.example.com"] != (domain.Rate{RPS: 5, MaxConcurrent: 2}) {
+	if b.MaxQueued != 7 || b.Rates["api.example.com"] != (domain.Rate{RPS: 5, MaxConcurrent: 2}) {
 		t.Fatalf("bravo %+v", b)
 	}
 }
@@ -51,6 +51,32 @@ func TestTenantErrors(t *testing.T) {
 			_, err := config.Load(envOf(map[string]string{"CONFIG_PATH": writeYAML(t, c.yaml)}))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want it to mention %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestTenantChecksNameYAMLKeys: the tenant list is checked by the one
+// tenant check; its findings come back under the YAML keys they are about.
+func TestTenantChecksNameYAMLKeys(t *testing.T) {
+	t.Parallel()
+	h := config.HashKey("k")
+	for name, c := range map[string]struct{ yaml, want string }{
+		"no key":        {"tenants:\n  - name: a\n", "YAML key tenants.a.key_sha256: is required"},
+		"negative cap":  {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    max_queued: -1\n", "YAML key tenants.a.max_queued: must be 0 (no cap) or more"},
+		"twice":         {"tenants:\n  - name: a\n    key_sha256: " + h + "\n  - name: a\n    key_sha256: " + config.HashKey("x") + "\n", `YAML key tenants.a.name: must be unique`},
+		"host twice":    {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    upstreams:\n      x.test: {rps: 1}\n      X.test: {rps: 2}\n", "host is listed twice"},
+		"host is a URL": {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    upstreams:\n      \"https://x.test\": {rps: 1}\n", "YAML key tenants[0].upstreams.https://x.test: must be a host or host:port"},
+		"bad rules":     {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    destinations:\n      deny: [\"not a host!\"]\n", "YAML key tenants[0].destinations"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Load(envOf(map[string]string{"CONFIG_PATH": writeYAML(t, c.yaml)}))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want it to mention %q", err, c.want)
+			}
+			if n := strings.Count(err.Error(), "YAML key"); n != 1 {
+				t.Errorf("%d problems reported, want 1 (each once):\n%v", n, err)
 			}
 		})
 	}

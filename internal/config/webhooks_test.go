@@ -3,11 +3,11 @@ package config_test
 import (
 	"crypto/rand"
 	"encoding/base64"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/aquiferhq/aquifer/internal/config"
+	"github.com/aquiferhq/aquifer/internal/l8"
 )
 
 func secretOf(t *testing.T, n int) string {
@@ -17,6 +17,21 @@ func secretOf(t *testing.T, n int) string {
 		t.Fatal(err)
 	}
 	return "whsec_" + base64.StdEncoding.EncodeToString(b)
+}
+
+// sameSecrets reports whether got are the secrets whose published forms are
+// want, in order.
+func sameSecrets(got []l8.Secret, want []string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i, w := range want {
+		sec, err := l8.ParseSecret(w)
+		if err != nil || !got[i].Equal(sec) {
+			return false
+		}
+	}
+	return true
 }
 
 func TestWebhookSecret(t *testing.T) {
@@ -36,7 +51,7 @@ func TestWebhookSecret(t *testing.T) {
 		"64 bytes is ok": {map[string]string{"AQUIFER_WEBHOOK_SECRET": long}, []string{long}},
 	} {
 		cfg := mustLoad(t, envOf(c.env))
-		if !slices.Equal(cfg.WebhookSecrets, c.want) {
+		if !sameSecrets(cfg.WebhookSecrets, c.want) {
 			t.Errorf("%s: got %d secrets, want %d", name, len(cfg.WebhookSecrets), len(c.want))
 		}
 	}
@@ -94,8 +109,8 @@ func TestTenantWebhookSecret(t *testing.T) {
     key_sha256: `+config.HashKey("kc")+`
 `)
 	cfg := mustLoad(t, envOf(map[string]string{"CONFIG_PATH": path}))
-	if len(cfg.Tenants) != 3 || !slices.Equal(cfg.Tenants[0].WebhookSecrets, []string{a}) ||
-		!slices.Equal(cfg.Tenants[1].WebhookSecrets, []string{b, c}) || cfg.Tenants[2].WebhookSecrets != nil {
+	if len(cfg.Tenants) != 3 || !sameSecrets(cfg.Tenants[0].WebhookSecrets, []string{a}) ||
+		!sameSecrets(cfg.Tenants[1].WebhookSecrets, []string{b, c}) || cfg.Tenants[2].WebhookSecrets != nil {
 		t.Fatalf("tenant secrets not as configured (%d tenants)", len(cfg.Tenants))
 	}
 

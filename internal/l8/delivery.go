@@ -72,8 +72,9 @@ const (
 // SignStandardHeaders sets the Standard Webhooks headers on h for body:
 // webhook-id msgID (stable across retries of one message), the time, and
 // webhook-signature listing one "v1,<sig>" per secret, then "v1a,<sig>"
-// when id is not nil, all over the same id, timestamp and body. With
-// neither it sets nothing and returns false.
+// when id is not nil, all over the same id, timestamp and body. A secret
+// without a key (see Secret.Check) signs nothing. With neither a secret
+// nor id it sets nothing and returns false.
 func SignStandardHeaders(h http.Header, msgID string, body []byte, now time.Time, secrets []Secret, id *Identity) bool {
 	if len(secrets) == 0 && id == nil {
 		return false
@@ -82,10 +83,15 @@ func SignStandardHeaders(h http.Header, msgID string, body []byte, now time.Time
 	signed := StandardString(msgID, ts, body)
 	entries := make([]string, 0, len(secrets)+1)
 	for _, s := range secrets {
-		entries = append(entries, VersionHMAC+","+base64.StdEncoding.EncodeToString(s.mac(signed)))
+		if s.signs() {
+			entries = append(entries, VersionHMAC+","+base64.StdEncoding.EncodeToString(s.mac(signed)))
+		}
 	}
 	if id != nil {
 		entries = append(entries, VersionAsymmetric+","+base64.StdEncoding.EncodeToString(id.sign(signed)))
+	}
+	if len(entries) == 0 {
+		return false
 	}
 	h.Set(HeaderWebhookID, msgID)
 	h.Set(HeaderWebhookTimestamp, ts)
@@ -144,9 +150,11 @@ func VerifyStandardWith(secrets []Secret, pub ed25519.PublicKey, h http.Header, 
 		return "", "", err
 	}
 	signed := StandardString(msgID, ts, body)
-	macs := make([][]byte, len(secrets))
-	for i, s := range secrets {
-		macs[i] = s.mac(signed)
+	macs := make([][]byte, 0, len(secrets))
+	for _, s := range secrets {
+		if s.signs() {
+			macs = append(macs, s.mac(signed))
+		}
 	}
 	for _, entry := range strings.Fields(sigs) {
 		version, b64, ok := strings.Cut(entry, ",")

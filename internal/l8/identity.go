@@ -40,40 +40,84 @@ const (
 	FromOptions   KeySource = "given" // by the embedding program (aquiferd: L8_PRIVATE_KEY)
 )
 
-// LoadIdentity returns the identity from envKey (standard base64 of the
-// 64-byte Ed25519 private key, as L8_PRIVATE_KEY carries it) if set, else
-// from the key file at path (raw 64 bytes), else a new key pair written to
-// path with mode 0600. An envKey that is set but invalid is an error: a
-// misconfigured identity must not silently become a different one.
+// ErrKeyMismatch is the finding for a 64-byte private key whose public
+// half (its last 32 bytes) is not the public key of its seed.
+var ErrKeyMismatch = errors.New("is not a valid Ed25519 private key: its public half does not match its seed")
+
+// CheckPrivateKey is the one check of an Ed25519 private key: 64 bytes
+// whose public half matches its seed. The error is the reason alone
+// ("holds 12 bytes, want 64", ErrKeyMismatch); callers add where the key
+// came from.
+func CheckPrivateKey(priv []byte) error {
+	if len(priv) != ed25519.PrivateKeySize {
+		return fmt.Errorf("holds %d bytes, want %d", len(priv), ed25519.PrivateKeySize)
+	}
+	derived := ed25519.NewKeyFromSeed(priv[:ed25519.SeedSize])
+	if string(derived[ed25519.SeedSize:]) != string(priv[ed25519.SeedSize:]) {
+		return ErrKeyMismatch
+	}
+	return nil
+}
+
+// ParsePrivateKey reads a private key in its published form, the standard
+// base64 of the 64 bytes (as aquiferd's L8_PRIVATE_KEY carries it), and
+// checks it with CheckPrivateKey. The error is the reason alone.
+func ParsePrivateKey(b64 string) (ed25519.PrivateKey, error) {
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err == nil {
+		err = CheckPrivateKey(raw)
+	}
+	switch {
+	case errors.Is(err, ErrKeyMismatch):
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("must be the standard base64 of a %d-byte Ed25519 private key", ed25519.PrivateKeySize)
+	}
+	return ed25519.PrivateKey(raw), nil
+}
+
+// ReadKeyFile reads the key file at path (the raw 64 bytes) and checks the
+// key. A missing file is an error wrapping fs.ErrNotExist; a file with a
+// bad key, CheckPrivateKey's reason alone.
+func ReadKeyFile(path string) (ed25519.PrivateKey, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckPrivateKey(raw); err != nil {
+		return nil, err
+	}
+	return ed25519.PrivateKey(raw), nil
+}
+
+// LoadIdentity returns the identity from envKey (ParsePrivateKey's form, as
+// L8_PRIVATE_KEY carries it) if set, else from the key file at path (raw
+// 64 bytes), else a new key pair written to path with mode 0600. An envKey
+// that is set but invalid is an error: a misconfigured identity must not
+// silently become a different one.
 func LoadIdentity(envKey, path string) (*Identity, KeySource, error) {
 	if envKey != "" {
-		raw, err := base64.StdEncoding.DecodeString(envKey)
-		if err != nil || len(raw) != ed25519.PrivateKeySize {
-			return nil, "", errors.New("L8_PRIVATE_KEY must be the standard base64 of a 64-byte Ed25519 private key")
+		priv, err := ParsePrivateKey(envKey)
+		if err != nil {
+			return nil, "", fmt.Errorf("L8_PRIVATE_KEY: %w", err)
 		}
-		id := newIdentity(ed25519.PrivateKey(raw))
-		if !id.consistent() {
-			return nil, "", errors.New("L8_PRIVATE_KEY is not a valid Ed25519 private key: its public half does not match its seed")
-		}
-		return id, FromEnv, nil
+		return newIdentity(priv), FromEnv, nil
 	}
 	if path == "" {
 		return nil, "", errors.New("l8: no key path")
 	}
-	raw, err := os.ReadFile(path)
+	priv, err := ReadKeyFile(path)
+	var readErr *fs.PathError
 	switch {
-	case err == nil && len(raw) == ed25519.PrivateKeySize:
-		id := newIdentity(ed25519.PrivateKey(raw))
-		if !id.consistent() {
-			return nil, "", fmt.Errorf("l8 key file %s is corrupt (public half does not match)", path)
-		}
-		return id, FromFile, nil
 	case err == nil:
-		return nil, "", fmt.Errorf("l8 key file %s holds %d bytes, want %d", path, len(raw), ed25519.PrivateKeySize)
-	case !errors.Is(err, fs.ErrNotExist):
+		return newIdentity(priv), FromFile, nil
+	case errors.Is(err, fs.ErrNotExist): // first start: make one
+	case errors.As(err, &readErr):
 		return nil, "", fmt.Errorf("read l8 key file: %w", err)
+	default:
+		return nil, "", fmt.Errorf("l8 key file %s: %w", path, err)
 	}
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	_, priv, err = ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, "", fmt.Errorf("generate l8 key: %w", err)
 	}
@@ -86,30 +130,21 @@ func LoadIdentity(envKey, path string) (*Identity, KeySource, error) {
 	return newIdentity(priv), FromGenerated, nil
 }
 
-// NewIdentity wraps a private key (tests, embedding).
+// NewIdentity wraps a private key the caller has checked (tests,
+// embedding, a key CheckPrivateKey accepted).
 func NewIdentity(priv ed25519.PrivateKey) *Identity { return newIdentity(priv) }
 
-// IdentityFromKey returns the identity of priv after checking it: 64 bytes
-// whose public half matches its seed.
+// IdentityFromKey returns the identity of priv after CheckPrivateKey; the
+// error is its reason alone.
 func IdentityFromKey(priv ed25519.PrivateKey) (*Identity, error) {
-	if len(priv) != ed25519.PrivateKeySize {
-		return nil, fmt.Errorf("l8: private key holds %d bytes, want %d", len(priv), ed25519.PrivateKeySize)
+	if err := CheckPrivateKey(priv); err != nil {
+		return nil, err
 	}
-	id := newIdentity(priv)
-	if !id.consistent() {
-		return nil, errors.New("l8: not a valid Ed25519 private key: its public half does not match its seed")
-	}
-	return id, nil
+	return newIdentity(priv), nil
 }
 
 func newIdentity(priv ed25519.PrivateKey) *Identity {
 	return &Identity{priv: priv, pub: priv.Public().(ed25519.PublicKey)}
-}
-
-// consistent reports whether the stored public half matches the seed.
-func (id *Identity) consistent() bool {
-	derived := ed25519.NewKeyFromSeed(id.priv.Seed())
-	return string(derived.Public().(ed25519.PublicKey)) == string(id.priv[32:])
 }
 
 // PublicKey returns the raw 32-byte public key.

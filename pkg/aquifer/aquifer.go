@@ -71,6 +71,9 @@ func build(o Options) (*Aquifer, error) {
 		}
 		doer = egress.NewClient(egress.Options{Policy: policy})
 	}
+	logSigning(o)
+	// Every setting the core shares with Options has the core's own type:
+	// it is handed over as it is.
 	svc, err := app.New(app.Config{
 		Store:            o.Store,
 		Doer:             doer,
@@ -85,8 +88,8 @@ func build(o Options) (*Aquifer, error) {
 		WindowJobs:       o.LaneWindow,
 		Admission:        o.Admission,
 		L8:               l8cfg,
-		WebhookSecrets:   webhookSecrets(o, o.Logger),
-		Tenants:          appTenants(o.Tenants),
+		WebhookSecrets:   o.WebhookSecrets,
+		Tenants:          o.Tenants,
 		Proxy:            o.Proxy,
 		Outage:           o.Outage,
 		Drain:            o.Drain,
@@ -273,3 +276,7 @@ func (aq *Aquifer) Logger() *zap.Logger { return aq.log }
 // of it than this package exposes). Its type is internal: code outside the
 // module should use Aquifer's own methods, which are the supported API.
 func (aq *Aquifer) Service() *app.Service { return aq.svc }
+
+// Auth returns the API-key check of Options.Tenants (their KeySHA256), for
+// the HTTP front doors built into this module, as Service.
+func (aq *Aquifer) Auth() *httpkit.Auth { return aq.auth }

@@ -1,8 +1,6 @@
 package aquifer
 
 import (
-	"fmt"
-
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/app"
@@ -19,11 +17,7 @@ func loadL8(o L8Options, log *zap.Logger) (app.L8Config, error) {
 	var source l8.KeySource
 	var err error
 	if o.PrivateKey != nil {
-		id, err = l8.IdentityFromKey(o.PrivateKey)
-		if err != nil {
-			return app.L8Config{}, fmt.Errorf("aquifer: L8.PrivateKey: %w", err)
-		}
-		source = l8.FromOptions
+		id, source = l8.NewIdentity(o.PrivateKey), l8.FromOptions // checked by Options.validate
 	} else if id, source, err = l8.LoadIdentity("", o.KeyPath); err != nil {
 		return app.L8Config{}, err
 	}
@@ -43,20 +37,17 @@ func loadL8(o L8Options, log *zap.Logger) (app.L8Config, error) {
 	return cfg, nil
 }
 
-// webhookSecrets parses the global shared secrets (validated already) and
-// says in the log which Standard Webhooks signatures deliveries carry,
-// counting secrets, never showing them.
-func webhookSecrets(o Options, log *zap.Logger) []l8.Secret {
-	secrets, _ := parseSecrets("", o.WebhookSecrets)
+// logSigning says in the log which Standard Webhooks signatures deliveries
+// carry, counting secrets, never showing them.
+func logSigning(o Options) {
 	own := 0
 	for _, t := range o.Tenants {
 		if len(t.WebhookSecrets) > 0 {
 			own++
 		}
 	}
-	if len(secrets) > 0 || own > 0 {
-		log.Info("Standard Webhooks v1 signing on (shared secrets)", zap.Int("secrets", len(secrets)),
+	if len(o.WebhookSecrets) > 0 || own > 0 {
+		o.Logger.Info("Standard Webhooks v1 signing on (shared secrets)", zap.Int("secrets", len(o.WebhookSecrets)),
 			zap.Int("tenants_with_own_secrets", own), zap.Bool("v1a", o.L8.enabled()))
 	}
-	return secrets
 }

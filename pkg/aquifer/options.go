@@ -11,6 +11,7 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/adapters/outbound/postgres"
 	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/app/tenant"
 	"github.com/aquiferhq/aquifer/internal/l8"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
@@ -75,16 +76,17 @@ type Options struct {
 	// L8 signs webhook deliveries with an Ed25519 key (Standard Webhooks
 	// v1a, and L8 for receivers that prove their own key). Default: off.
 	L8 L8Options
-	// WebhookSecrets are Standard Webhooks shared secrets ("whsec_" +
-	// standard base64 of 24 to 64 bytes; NewWebhookSecret makes one). With
-	// any, every webhook delivery (and drain page) carries one v1
-	// (HMAC-SHA256) signature per secret in its webhook-signature header,
-	// which the official Standard Webhooks libraries verify; list the old
-	// and the new secret while rotating. A tenant's own
-	// Tenant.WebhookSecrets replace them for its jobs. Independent of L8.
+	// WebhookSecrets are Standard Webhooks shared secrets (published form
+	// "whsec_" + standard base64 of 24 to 64 bytes; NewWebhookSecret makes
+	// one, WebhookSecrets wraps them). With any, every webhook delivery
+	// (and drain page) carries one v1 (HMAC-SHA256) signature per secret in
+	// its webhook-signature header, which the official Standard Webhooks
+	// libraries verify; list the old and the new secret while rotating. A
+	// tenant's own Tenant.WebhookSecrets replace them for its jobs.
+	// Independent of L8. New reports every secret whose form is bad.
 	// Default: none (no v1 signatures; deliveries are unsigned unless L8
 	// is on).
-	WebhookSecrets []string
+	WebhookSecrets []WebhookSecret
 
 	// Tenants are API-key tenants: each sees only its own jobs and pools,
 	// within its quota and pace caps. None means open mode: every caller
@@ -133,26 +135,35 @@ type L8Options struct {
 
 func (o L8Options) enabled() bool { return o.PrivateKey != nil || o.KeyPath != "" }
 
-// Tenant is an API-key tenant.
-type Tenant struct {
-	// Name identifies the tenant (WithTenant); required and unique.
-	Name string
-	// KeySHA256 is the hex SHA-256 of the tenant's API key, which callers
-	// send as "Authorization: Bearer <key>" to the built-in HTTP front
-	// door. Custom front doors may authenticate tenants their own way.
-	KeySHA256 string
-	// MaxQueued caps the tenant's unfinished jobs; 0 means no cap.
-	MaxQueued int64
-	// Rates caps the tenant's own pace per destination, within the
-	// destination's shared ceiling. Keys as in RateTable.Hosts.
-	Rates map[string]Rate
-	// Destinations narrow where the tenant's jobs may go, on top of
-	// Options.Destinations.
-	Destinations DestinationRules
-	// WebhookSecrets sign the tenant's webhook deliveries (Standard
-	// Webhooks v1) instead of Options.WebhookSecrets, in the same form.
-	// Default: none, so the global ones.
-	WebhookSecrets []string
+// Tenant is an API-key tenant: Name (required, unique; 1–64 letters,
+// digits, '.', '_' or '-'), KeySHA256 (the hex SHA-256 of its API key, which
+// callers send as "Authorization: Bearer <key>" to the built-in HTTP front
+// door; custom front doors may authenticate tenants their own way),
+// MaxQueued (its unfinished jobs; 0 = no cap), Rates (its own pace per
+// destination, within the destination's shared ceiling; keys as in
+// RateTable.Hosts), Destinations (narrowing Options.Destinations for its
+// jobs) and WebhookSecrets (signing its deliveries instead of
+// Options.WebhookSecrets; none: the global ones). It is the core's own
+// type, and aquiferd's YAML tenants: list is read into it.
+type Tenant = app.Tenant
+
+// WebhookSecret is a Standard Webhooks shared secret. Printing it never
+// shows the key. Make them with WebhookSecrets.
+type WebhookSecret = l8.Secret
+
+// WebhookSecrets wraps secrets given in their published form ("whsec_" +
+// standard base64 of 24 to 64 bytes) for Options.WebhookSecrets and
+// Tenant.WebhookSecrets. It does not fail: New reports each one whose form
+// is bad, with where it was given, never its value.
+func WebhookSecrets(published ...string) []WebhookSecret {
+	if len(published) == 0 {
+		return nil
+	}
+	out := make([]WebhookSecret, len(published))
+	for i, s := range published {
+		out[i] = l8.SecretFrom(s)
+	}
+	return out
 }
 
 // NewWebhookSecret returns a new random Standard Webhooks shared secret:
@@ -170,27 +181,24 @@ func WithTenant(ctx context.Context, name string) context.Context {
 }
 
 // validate reports every problem Options has before anything is built.
+// Each check is the one its setting has (l8's key and secret checks,
+// tenant.Check); validate only says where, in Options' names.
 func (o *Options) validate() error {
 	var errs []error
 	if o.Store == nil {
 		errs = append(errs, errors.New("aquifer: Options.Store is required (NewMemoryStore, OpenSQLite, OpenPebble, OpenPostgres, or your own Store)"))
 	}
-	if o.L8.PrivateKey != nil && len(o.L8.PrivateKey) != ed25519.PrivateKeySize {
-		errs = append(errs, fmt.Errorf("aquifer: L8.PrivateKey holds %d bytes, want %d", len(o.L8.PrivateKey), ed25519.PrivateKeySize))
-	}
-	_, secretErrs := parseSecrets("aquifer: WebhookSecrets", o.WebhookSecrets)
-	errs = append(errs, secretErrs...)
-	names := map[string]bool{}
-	for i, t := range o.Tenants {
-		switch {
-		case t.Name == "":
-			errs = append(errs, fmt.Errorf("aquifer: Tenants[%d]: Name is required", i))
-		case names[t.Name]:
-			errs = append(errs, fmt.Errorf("aquifer: Tenants[%d]: duplicate name %q", i, t.Name))
+	if o.L8.PrivateKey != nil {
+		if err := l8.CheckPrivateKey(o.L8.PrivateKey); err != nil {
+			errs = append(errs, fmt.Errorf("aquifer: L8.PrivateKey %w", err))
 		}
-		names[t.Name] = true
-		_, secretErrs := parseSecrets(fmt.Sprintf("aquifer: Tenants[%d].WebhookSecrets", i), t.WebhookSecrets)
-		errs = append(errs, secretErrs...)
+	}
+	errs = append(errs, checkSecrets("aquifer: WebhookSecrets", o.WebhookSecrets)...)
+	for _, p := range tenant.Check(o.Tenants) {
+		errs = append(errs, fmt.Errorf("aquifer: Tenants[%d]: %s %s", p.Index, p.Field, p.Reason))
+	}
+	for i, t := range o.Tenants {
+		errs = append(errs, checkSecrets(fmt.Sprintf("aquifer: Tenants[%d].WebhookSecrets", i), t.WebhookSecrets)...)
 	}
 	if _, shared := o.Store.(*postgres.Store); shared && !o.Cluster.Peers.Complete() {
 		errs = append(errs, errors.New("aquifer: the Postgres store is shared by every process on its database: set Options.Cluster.Peers to PostgresPeers(store)"))
@@ -203,32 +211,14 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
-// appTenants converts the tenants for the core.
-func appTenants(ts []Tenant) []app.Tenant {
-	if len(ts) == 0 {
-		return nil
-	}
-	out := make([]app.Tenant, 0, len(ts))
-	for _, t := range ts {
-		secrets, _ := parseSecrets("", t.WebhookSecrets) // validated by Options.validate
-		out = append(out, app.Tenant{Name: t.Name, MaxQueued: t.MaxQueued, Rates: t.Rates, Destinations: t.Destinations,
-			WebhookSecrets: secrets})
-	}
-	return out
-}
-
-// parseSecrets parses shared secrets; each error names where (where[i])
-// and what is wrong, never the value.
-func parseSecrets(where string, ss []string) ([]l8.Secret, []error) {
-	var out []l8.Secret
+// checkSecrets reports each secret of a list that cannot sign as
+// where[i], with what is wrong and never the value.
+func checkSecrets(where string, secrets []WebhookSecret) []error {
 	var errs []error
-	for i, s := range ss {
-		sec, err := l8.ParseSecret(s)
-		if err != nil {
+	for i, s := range secrets {
+		if err := s.Check(); err != nil {
 			errs = append(errs, fmt.Errorf("%s[%d]: %w", where, i, err))
-			continue
 		}
-		out = append(out, sec)
 	}
-	return out, errs
+	return errs
 }

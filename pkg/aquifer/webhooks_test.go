@@ -34,8 +34,8 @@ func TestNewReportsEveryBadWebhookSecret(t *testing.T) {
 	noPrefix := strings.TrimPrefix(good, "whsec_")
 	_, err := aquifer.New(aquifer.Options{
 		Store:          aquifer.NewMemoryStore(),
-		WebhookSecrets: []string{good, noPrefix},
-		Tenants:        []aquifer.Tenant{{Name: "a", WebhookSecrets: []string{"whsec_dG9vIHNob3J0"}}},
+		WebhookSecrets: aquifer.WebhookSecrets(good, noPrefix),
+		Tenants:        []aquifer.Tenant{{Name: "a", WebhookSecrets: aquifer.WebhookSecrets("whsec_dG9vIHNob3J0")}},
 	})
 	if err == nil {
 		t.Fatal("New accepted bad webhook secrets")
@@ -64,7 +64,7 @@ func TestWebhookSecretsSignWithoutL8(t *testing.T) {
 	}))
 	defer hook.Close()
 	dest := echo(t)
-	aq := start(t, aquifer.Options{Store: aquifer.NewMemoryStore(), CloseStore: true, WebhookSecrets: []string{secret}})
+	aq := start(t, aquifer.Options{Store: aquifer.NewMemoryStore(), CloseStore: true, WebhookSecrets: aquifer.WebhookSecrets(secret)})
 	if _, err := aq.Enqueue(t.Context(), &aquifer.JobRequest{UserID: "u", IdempotentKey: "k", URL: dest.URL + "/x",
 		WebhookURL: hook.URL + "/hook"}); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,10 @@ package tenant
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -16,11 +19,22 @@ import (
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// Tenant is an API-key tenant as the core sees it (authentication is the
+// Tenant is an API-key tenant: the one type aquiferd's YAML tenants: list
+// is read into, the facade's Options.Tenants hold and the core runs with.
+// Check says what is wrong with a list of them. Authentication is the
 // inbound adapters' job: they put the tenant's name in the request context
-// with WithTenant).
+// with With.
 type Tenant struct {
+	// Name identifies the tenant: 1–64 letters, digits, '.', '_' or '-',
+	// starting with a letter or digit; unique. It scopes the tenant's jobs
+	// and pools in the shared store (domain.Scope).
 	Name string
+	// KeySHA256 is the hex SHA-256 of the tenant's API key, which callers
+	// send as "Authorization: Bearer <key>" to the built-in HTTP front
+	// doors (the key itself is never stored). Unique when set; a front
+	// door of an embedding program may authenticate tenants its own way.
+	// The core does not read it.
+	KeySHA256 string
 	// MaxQueued caps the tenant's unfinished jobs (queued or in flight);
 	// 0 means no cap.
 	MaxQueued int64
@@ -31,8 +45,64 @@ type Tenant struct {
 	// global rules.
 	Destinations domain.DestinationRules
 	// WebhookSecrets sign the tenant's webhook deliveries (Standard
-	// Webhooks v1) instead of Config.WebhookSecrets; none: the global ones.
+	// Webhooks v1) instead of the global ones; none: the global ones.
+	// Each is checked where it is given (Secret.Check); Check does not.
 	WebhookSecrets []l8.Secret
+}
+
+// Problem is one thing wrong with one tenant of a list: the tenant's index,
+// the field (its Go name: "Name", "KeySHA256", "MaxQueued", "Rates",
+// "Destinations") and the reason, worded to follow the field ("Name is
+// required …"). Whoever reports it adds where the list came from.
+type Problem struct {
+	Index  int
+	Field  string
+	Reason string
+}
+
+// name is the form of Tenant.Name.
+var name = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// Check is the one check of a tenant list: names well formed and unique,
+// key hashes well formed and unique, quotas not negative, pace caps and
+// destination rules valid. It reports every problem, in order.
+func Check(ts []Tenant) []Problem {
+	var out []Problem
+	names, keys := map[string]bool{}, map[string]string{}
+	for i, t := range ts {
+		add := func(field, format string, args ...any) {
+			out = append(out, Problem{Index: i, Field: field, Reason: fmt.Sprintf(format, args...)})
+		}
+		switch {
+		case t.Name == "":
+			add("Name", "is required: 1–64 letters, digits, '.', '_' or '-'")
+		case !name.MatchString(t.Name):
+			add("Name", "must be 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+		case names[t.Name]:
+			add("Name", "must be unique: duplicate name %q (tenant %q is listed twice)", t.Name, t.Name)
+		}
+		names[t.Name] = true
+		if t.KeySHA256 != "" {
+			hash := strings.ToLower(t.KeySHA256)
+			if b, err := hex.DecodeString(hash); err != nil || len(b) != sha256.Size {
+				add("KeySHA256", "must be the SHA-256 of the tenant's API key, in 64 hex digits")
+			} else if other, dup := keys[hash]; dup {
+				add("KeySHA256", "must be unique: the same key as tenant %q", other)
+			} else {
+				keys[hash] = t.Name
+			}
+		}
+		if t.MaxQueued < 0 {
+			add("MaxQueued", "must be 0 (no cap) or more")
+		}
+		if err := (domain.RateTable{Hosts: t.Rates}).Validate(); err != nil {
+			add("Rates", "are invalid: %v", err)
+		}
+		if err := t.Destinations.Validate(); err != nil {
+			add("Destinations", "are invalid: %v", err)
+		}
+	}
+	return out
 }
 
 type contextKey struct{}

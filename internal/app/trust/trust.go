@@ -269,17 +269,6 @@ func (s *Signer) sign(ctx context.Context, req *http.Request, msgID, target stri
 	}
 }
 
-// ValidateSecrets reports zero secrets in a list.
-func ValidateSecrets(where string, secrets []l8.Secret) []error {
-	var errs []error
-	for i, s := range secrets {
-		if s.IsZero() {
-			errs = append(errs, fmt.Errorf("%s[%d] is empty", where, i))
-		}
-	}
-	return errs
-}
-
 // Metadata is the discovery document for /.well-known/l8 (nil without an
 // identity).
 func (s *Signer) Metadata() *l8.Metadata {

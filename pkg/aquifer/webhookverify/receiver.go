@@ -3,7 +3,6 @@ package webhookverify
 import (
 	"crypto/ed25519"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,8 +39,8 @@ type ReceiverOptions struct {
 // NewReceiver returns a Receiver with the receiver's Ed25519 private key.
 // Keep the key stable (store it): a new key means a new handshake.
 func NewReceiver(privateKey ed25519.PrivateKey, opts ReceiverOptions) (*Receiver, error) {
-	if len(privateKey) != ed25519.PrivateKeySize {
-		return nil, errors.New("webhookverify: the receiver key must be a 64-byte Ed25519 private key")
+	if err := l8.CheckPrivateKey(privateKey); err != nil {
+		return nil, fmt.Errorf("webhookverify: the receiver key %w", err)
 	}
 	r := &Receiver{id: l8.NewIdentity(privateKey), nonces: l8.NewNonces(0), now: opts.Now, name: opts.ServiceName}
 	if opts.SenderKey != "" {
