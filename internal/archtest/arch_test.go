@@ -127,11 +127,12 @@ func TestImportsPointInward(t *testing.T) {
 		{dir: "internal/ports", allowed: []string{"internal/domain"}},
 		{dir: "internal/app", allowed: []string{"internal/domain", "internal/ports", "internal/pacing", "internal/l8"}},
 		{dir: "internal/storetest", allowed: []string{"internal/domain", "internal/ports"}},
+		{dir: "internal/storekit", allowed: []string{"internal/domain", "internal/ports", "internal/groupcommit"}},
 		{dir: "internal/clocktest", allowed: []string{"internal/ports"}},
 		{dir: "internal/config", allowed: []string{"internal/domain"}},
 		{dir: sharedInbound, allowed: []string{"internal/domain", "internal/app"}},
 		{dir: "internal/adapters", allowed: []string{"internal/domain", "internal/ports", "internal/app", "internal/pacing", "internal/l8",
-			"internal/groupcommit"}},
+			"internal/groupcommit", "internal/storekit"}},
 	}
 	for dir, p := range pkgs {
 		for ip, files := range p.imports {
