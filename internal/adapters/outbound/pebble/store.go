@@ -94,10 +94,10 @@ type Store struct {
 
 	// w is the single writer; its commit is Store.commit. Every use of db
 	// is between w.Enter and w.Exit, so none overlaps Close.
-	w *storekit.Writer
-	storekit.JobWrites
-	closeOnce sync.Once
-	closeErr  error
+	w                  *storekit.Writer
+	storekit.JobWrites // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
+	closeOnce          sync.Once
+	closeErr           error
 }
 
 // Stats are cumulative writer counters.

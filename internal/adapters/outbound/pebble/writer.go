@@ -18,11 +18,10 @@ import (
 
 // commit applies group to one indexed batch and commits it with a WAL sync,
 // on the writer goroutine (see internal/groupcommit), then answers the
-// callers. An op's own outcome (not found, a record it
-// cannot read) goes to its caller alone; a failed commit fails every op: no
-// caller is told a write succeeded unless the commit did. After a failed
-// commit the database takes no more writes; the next group first tries to
-// reopen it (reopen).
+// callers. An op's own outcome (not found, a record it cannot read) goes to
+// its caller alone; a failed commit fails every op: no caller is told a
+// write succeeded unless the commit did. After a failed commit the database
+// takes no more writes; the next group first tries to reopen it (reopen).
 func (s *Store) commit(group []*storekit.Op) {
 	results := make([]storekit.Result, len(group))
 	err := s.failure()

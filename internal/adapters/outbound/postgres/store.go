@@ -96,9 +96,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	path string // DSN without password
 
-	w *storekit.Writer // the single writer; its commit is Store.commit
-	storekit.JobWrites
-	closeOnce sync.Once
+	w                  *storekit.Writer // the single writer; its commit is Store.commit
+	storekit.JobWrites                  // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
+	closeOnce          sync.Once
 
 	renewOnce sync.Once
 	renewStop chan struct{}

@@ -107,8 +107,8 @@ type Store struct {
 	// goroutine touches it.
 	seq int64
 
-	w *storekit.Writer // the single writer; its commit is Store.commit
-	storekit.JobWrites
+	w                  *storekit.Writer // the single writer; its commit is Store.commit
+	storekit.JobWrites                  // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
 }
 
 // Stats are cumulative writer counters.
