@@ -140,6 +140,7 @@ var importRules = []struct {
 	{dir: "internal/app/edge", allowed: []string{"internal/domain", "internal/ports", "internal/pacing",
 		"internal/app/dispatch", "internal/app/events", "internal/app/load"}},
 	{dir: "internal/storetest", allowed: []string{"internal/domain", "internal/ports"}},
+	{dir: "internal/storekit", allowed: []string{"internal/domain", "internal/ports", "internal/groupcommit"}},
 	{dir: "internal/clocktest", allowed: []string{"internal/ports"}},
 	// Settings are read into the types that use them: the Tenant type and
 	// its check are the core's (app/tenant), the L8 key's and webhook
@@ -148,7 +149,7 @@ var importRules = []struct {
 	{dir: sharedInbound, allowed: []string{"internal/domain", "=internal/app"}},
 	// Adapters talk to the core through its façade, not its packages.
 	{dir: "internal/adapters", allowed: []string{"internal/domain", "internal/ports", "=internal/app", "internal/pacing", "internal/l8",
-		"internal/groupcommit"}},
+		"internal/groupcommit", "internal/storekit"}},
 }
 
 func TestImportsPointInward(t *testing.T) {

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 // recordVersion is the first byte of every record this package writes.
@@ -91,21 +91,6 @@ func deliveryOf(c byte) (domain.DeliveryStatus, bool) {
 	return "", false
 }
 
-// ms is a time as Unix milliseconds, 0 for the zero time.
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v)
-}
-
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
@@ -153,10 +138,10 @@ func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(j.ReadySeq))
 	b = binary.AppendVarint(b, int64(j.Attempts))
 	b = binary.AppendVarint(b, int64(j.Deferrals))
-	b = binary.AppendVarint(b, ms(j.CreatedAt))
-	b = binary.AppendVarint(b, ms(j.UpdatedAt))
-	b = binary.AppendVarint(b, ms(j.DispatchedAt))
-	b = binary.AppendVarint(b, ms(j.ExpiresAt))
+	b = binary.AppendVarint(b, storekit.Millis(j.CreatedAt))
+	b = binary.AppendVarint(b, storekit.Millis(j.UpdatedAt))
+	b = binary.AppendVarint(b, storekit.Millis(j.DispatchedAt))
+	b = binary.AppendVarint(b, storekit.Millis(j.ExpiresAt))
 	b = binary.AppendVarint(b, int64(r.ResponseStatus))
 	b = binary.AppendVarint(b, int64(d.ResponseStatus))
 	b = binary.AppendUvarint(b, uint64(d.Attempts))
@@ -282,7 +267,7 @@ func decodeJob(val []byte) (*domain.Job, error) {
 		return nil, errCorrupt
 	}
 	j.ID, j.Queue, j.ReadyQueue, j.Status = domain.JobID(id), domain.QueueKey(lane), domain.QueueKey(readyLane), status
-	j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = fromMS(created), fromMS(updated), fromMS(dispatched), fromMS(expires)
+	j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = storekit.FromMillis(created), storekit.FromMillis(updated), storekit.FromMillis(dispatched), storekit.FromMillis(expires)
 	if flags&flagBody != 0 {
 		j.Body = append(make([]byte, 0, bodyLen), val[bodyStart:bodyStart+int(bodyLen)]...)
 	}
@@ -318,7 +303,7 @@ func readyState(j *domain.Job) byte {
 // readyValue is the value of a ready-index entry.
 func readyValue(b []byte, j *domain.Job) []byte {
 	b = append(b, readyState(j))
-	b = binary.BigEndian.AppendUint64(b, uint64(ms(j.ExpiresAt)))
+	b = binary.BigEndian.AppendUint64(b, uint64(storekit.Millis(j.ExpiresAt)))
 	return append(b, j.ID...)
 }
 

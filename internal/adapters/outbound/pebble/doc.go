@@ -4,7 +4,9 @@
 //
 // # Writes
 //
-// Every write goes through one writer goroutine, as in the sqlite store. The
+// Every write goes through one writer goroutine, as in the sqlite store;
+// the operations, submitting them and the JobStore methods that only submit
+// one are internal/storekit's, and this package applies a group. The
 // writer takes every operation waiting (up to Options.MaxBatch, yielding the
 // processor Options.GatherYields times so goroutines about to submit can join),
 // applies them in order to one indexed batch (pebble.DB.NewIndexedBatch), and

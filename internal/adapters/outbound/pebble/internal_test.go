@@ -12,6 +12,7 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 // fullJob has every optional field set.
@@ -220,21 +221,21 @@ func TestOneGroupSeesItsOwnWrites(t *testing.T) {
 			URL: "http://a.test/x", Method: "GET"}, "a.test:80", now)
 	}
 	a, b := mk(), mk()
-	ops := []*op{
-		{kind: opInsert, job: a},
-		{kind: opInsert, job: b},
-		{kind: opMarkInFlight, id: a.ID, at: now},
-		{kind: opFinish, id: a.ID, finish: &ports.FinishParams{ID: a.ID, Status: domain.StatusCompleted, Attempts: 1, Now: now}},
+	ops := []*storekit.Op{
+		{Kind: storekit.OpInsert, Job: a},
+		{Kind: storekit.OpInsert, Job: b},
+		{Kind: storekit.OpMarkInFlight, ID: a.ID, At: now},
+		{Kind: storekit.OpFinish, ID: a.ID, Finish: &ports.FinishParams{ID: a.ID, Status: domain.StatusCompleted, Attempts: 1, Now: now}},
 	}
-	results := make([]opResult, len(ops))
+	results := make([]storekit.Result, len(ops))
 	// The writer is idle: nothing was submitted, so this goroutine may act
 	// as the writer.
 	if _, err := s.apply(ops, results); err != nil {
 		t.Fatal(err)
 	}
-	if !results[0].fresh || results[1].fresh || results[1].job.ID != a.ID {
+	if !results[0].Fresh || results[1].Fresh || results[1].Job.ID != a.ID {
 		t.Fatalf("inserts in one group: first fresh=%v, second fresh=%v id %s (want %s)",
-			results[0].fresh, results[1].fresh, results[1].job.ID, a.ID)
+			results[0].Fresh, results[1].Fresh, results[1].Job.ID, a.ID)
 	}
 	got, err := s.Get(t.Context(), a.ID)
 	if err != nil {

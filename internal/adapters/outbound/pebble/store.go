@@ -16,8 +16,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 // Options configure a Store.
@@ -53,14 +53,6 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = 1024
-	}
-	if o.GatherYields == 0 {
-		o.GatherYields = 2
-	} else if o.GatherYields < 0 {
-		o.GatherYields = 0
-	}
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = 32 << 20
 	}
@@ -99,17 +91,13 @@ type Store struct {
 	readOnly   bool      // db is the read-only stand-in for a database whose commit failed (demote)
 
 	failed atomic.Pointer[error] // set when a commit failed: this DB cannot take more writes; cleared by a reopen
-	health groupcommit.Health    // the writer's commits, for CheckWrites
 
-	ops       chan *op
-	closeOnce sync.Once
-	closeErr  error
-	closing   chan struct{}
-	done      chan struct{}
-	mu        sync.RWMutex // guards closed: held (read) across every use of db
-	closed    bool
-
-	commits, committedOps atomic.Int64
+	// w is the single writer; its commit is Store.commit. Every use of db
+	// is between w.Enter and w.Exit, so none overlaps Close.
+	w                  *storekit.Writer
+	storekit.JobWrites // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
+	closeOnce          sync.Once
+	closeErr           error
 }
 
 // Stats are cumulative writer counters.
@@ -120,7 +108,8 @@ type Stats struct {
 
 // Stats returns the writer counters: Ops/Commits is the mean group size.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.commits.Load(), Ops: s.committedOps.Load()}
+	commits, ops := s.w.Stats()
+	return Stats{Commits: commits, Ops: ops}
 }
 
 var _ ports.JobStore = (*Store)(nil)
@@ -137,13 +126,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err := o.fs.MkdirAll(o.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create pebble directory %s: %w", o.Dir, err)
 	}
-	s := &Store{
-		opts:    o,
-		log:     o.Logger,
-		ops:     make(chan *op, 4*o.MaxBatch),
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
-	}
+	s := &Store{opts: o, log: o.Logger}
 	db, err := s.openDB(false)
 	if err != nil {
 		return nil, fmt.Errorf("open pebble store %s: %w", o.Dir, err)
@@ -153,7 +136,8 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	go s.writer()
+	s.w = storekit.Start(storekit.Config{MaxBatch: o.MaxBatch, GatherYields: o.GatherYields}, s.commit)
+	s.JobWrites = s.w.JobWrites()
 	return s, nil
 }
 
@@ -238,11 +222,7 @@ func (s *Store) Path() string { return s.opts.Dir }
 // database. Later calls return the first call's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true // no new reads or submissions; none running
-		s.mu.Unlock()
-		close(s.closing)
-		<-s.done
+		s.w.Close() // no new reads or submissions; none running; everything submitted committed
 		if s.db == nil {
 			return // a reopen after failed writes did not succeed: nothing is open
 		}
@@ -257,89 +237,11 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// enter admits a read; exit must follow. Pebble panics when used after
-// Close, so every use of db happens between the two.
-func (s *Store) enter() error {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return domain.ErrClosed
-	}
-	return nil
-}
-
-func (s *Store) exit() { s.mu.RUnlock() }
-
-// submit hands an operation to the writer. When o.done is set it waits for the
-// result; once submitted, the wait ignores ctx, so a caller that goes away
-// cannot be told "failed" about a write that in fact committed.
-func (s *Store) submit(ctx context.Context, o *op) opResult {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return opResult{err: domain.ErrClosed}
-	}
-	select {
-	case s.ops <- o:
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return opResult{err: ctx.Err()}
-	}
-	s.mu.RUnlock()
-	if o.done == nil {
-		return opResult{}
-	}
-	return <-o.done
-}
-
-func wait() chan opResult { return make(chan opResult, 1) }
-
-// Insert implements ports.JobStore.
-func (s *Store) Insert(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
-	if job == nil {
-		return nil, false, errors.New("pebble: insert of a nil job")
-	}
-	r := s.submit(ctx, &op{kind: opInsert, job: job, done: wait()})
-	return r.job, r.fresh, r.err
-}
-
-// Delete implements ports.JobStore.
-func (s *Store) Delete(ctx context.Context, id domain.JobID) error {
-	return s.submit(ctx, &op{kind: opDelete, id: id, done: wait()}).err
-}
-
-// MarkInFlight implements ports.JobStore. It does not wait for the commit.
-func (s *Store) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) error {
-	return s.submit(ctx, &op{kind: opMarkInFlight, id: p.ID, at: p.At}).err
-}
-
-// Requeue implements ports.JobStore.
-func (s *Store) Requeue(ctx context.Context, p *ports.RequeueParams) error {
-	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, at: p.Now, requeue: p, done: wait()}).err
-}
-
-// Finish implements ports.JobStore.
-func (s *Store) Finish(ctx context.Context, p *ports.FinishParams) (int64, error) {
-	r := s.submit(ctx, &op{kind: opFinish, id: p.ID, at: p.Now, finish: p, done: wait()})
-	return r.n, r.err
-}
-
-// FinishDelivery implements ports.JobStore.
-func (s *Store) FinishDelivery(ctx context.Context, p *ports.FinishDeliveryParams) error {
-	return s.submit(ctx, &op{kind: opFinishDelivery, id: p.ID, at: p.Now, delivery: p, done: wait()}).err
-}
-
-// RecoverInFlight implements ports.JobStore.
-func (s *Store) RecoverInFlight(ctx context.Context) (int, error) {
-	r := s.submit(ctx, &op{kind: opRecover, at: time.Now(), done: wait()})
-	return int(r.n), r.err
-}
-
 // ResetStale implements ports.JobStore. Candidates are found by a read of the
 // ready index; the writer then resets each one only if it is still in flight
 // since before the cut-off.
 func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
-	var ids []domain.JobID
+	var candidates []*domain.Job
 	err := s.read(func() error {
 		flying, err := inFlight(s.db)
 		if err != nil {
@@ -354,7 +256,7 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 				return err
 			}
 			if j != nil && j.Status == domain.StatusInFlight && j.DispatchedAt.Before(p.DispatchedBefore) {
-				ids = append(ids, id)
+				candidates = append(candidates, j)
 			}
 		}
 		return nil
@@ -362,11 +264,7 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 	if err != nil {
 		return nil, wrapRead("find stale jobs", err)
 	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	r := s.submit(ctx, &op{kind: opResetStale, ids: ids, stale: p, at: p.Now, done: wait()})
-	return r.jobs, r.err
+	return s.w.ResetStale(ctx, candidates, p)
 }
 
 // Purge implements ports.JobStore. Expired jobs are found in the expiry index
@@ -377,7 +275,7 @@ func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
 	}
 	var keys [][]byte
 	err := s.read(func() error {
-		upper := expiryKey(nil, ms(p.Now)+1, "") // expires_at <= now
+		upper := expiryKey(nil, storekit.Millis(p.Now)+1, "") // expires_at <= now
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixExpiry, UpperBound: upper})
 		if err != nil {
 			return err
@@ -390,11 +288,7 @@ func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
 	if err != nil {
 		return 0, wrapRead("find expired jobs", err)
 	}
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	r := s.submit(ctx, &op{kind: opPurge, keys: keys, at: p.Now, done: wait()})
-	return int(r.n), r.err
+	return s.w.Sweep(ctx, &storekit.Op{Kind: storekit.OpPurge, Found: storekit.Found{Keys: keys}, At: p.Now})
 }
 
 var _ ports.LedgerStore = (*Store)(nil)
@@ -457,11 +351,7 @@ func (s *Store) DeleteFinished(ctx context.Context, throughSeq int64, limit int)
 	if err != nil {
 		return 0, wrapRead("find finished jobs", err)
 	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	r := s.submit(ctx, &op{kind: opDeleteFinished, ids: ids, seq: throughSeq, done: wait()})
-	return int(r.n), r.err
+	return s.w.Sweep(ctx, &storekit.Op{Kind: storekit.OpDeleteFinished, Found: storekit.Found{IDs: ids}, Seq: throughSeq})
 }
 
 // errReopening is what reads get while the database is closed for a
@@ -470,10 +360,10 @@ var errReopening = errors.New("pebble store is closed after failed writes; reope
 
 // read runs fn while the database is open.
 func (s *Store) read(fn func() error) error {
-	if err := s.enter(); err != nil {
+	if err := s.w.Enter(); err != nil {
 		return err
 	}
-	defer s.exit()
+	defer s.w.Exit()
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.db == nil {
@@ -531,7 +421,7 @@ func (s *Store) Position(_ context.Context, lane domain.QueueKey, readySeq int64
 		if err != nil {
 			return err
 		}
-		now := ms(time.Now())
+		now := storekit.Millis(time.Now())
 		for ok := it.First(); ok; ok = it.Next() {
 			if state, exp, _, ok := parseReady(it.Value()); ok && state != stInFlight && liveAt(exp, now) {
 				n++
@@ -565,7 +455,7 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 			return err
 		}
 		defer it.Close()
-		now := ms(p.Now)
+		now := storekit.Millis(p.Now)
 		for ok := it.First(); ok && len(out) < p.Limit; ok = it.Next() {
 			state, exp, id, ok := parseReady(it.Value())
 			if !ok || state == stInFlight || !liveAt(exp, now) {
@@ -628,7 +518,7 @@ func (s *Store) Counts(context.Context) (ports.Counts, error) {
 		if err != nil {
 			return err
 		}
-		now := ms(time.Now())
+		now := storekit.Millis(time.Now())
 		for ok := it.First(); ok; ok = it.Next() {
 			state, exp, _, ok := parseReady(it.Value())
 			if !ok || !liveAt(exp, now) {

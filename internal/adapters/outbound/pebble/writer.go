@@ -12,67 +12,18 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
-type opKind int
-
-const (
-	opInsert opKind = iota
-	opDelete
-	opMarkInFlight
-	opRequeue
-	opFinish
-	opFinishDelivery
-	opRecover
-	opResetStale
-	opPurge
-	opDeleteFinished
-	opProbe // a small write to see whether commits succeed (CheckWrites)
-)
-
-// op is one write waiting for the writer. done is nil for fire-and-forget ops.
-type op struct {
-	kind     opKind
-	job      *domain.Job
-	id       domain.JobID
-	at       time.Time
-	ids      []domain.JobID // ResetStale candidates
-	keys     [][]byte       // Purge: expiry-index keys found due
-	seq      int64          // DeleteFinished: the highest Seq to delete
-	requeue  *ports.RequeueParams
-	finish   *ports.FinishParams
-	delivery *ports.FinishDeliveryParams
-	stale    *ports.ResetStaleParams
-	done     chan opResult
-}
-
-type opResult struct {
-	job   *domain.Job
-	fresh bool
-	n     int64
-	jobs  []*domain.Job
-	err   error
-}
-
-// writer is the single goroutine that writes: it applies the ops waiting, up
-// to MaxBatch at a time, to one batch each and commits it with one WAL fsync
-// (see internal/groupcommit).
-func (s *Store) writer() {
-	defer close(s.done)
-	groupcommit.Run(s.ops, s.closing, groupcommit.Options{MaxBatch: s.opts.MaxBatch, GatherYields: s.opts.GatherYields},
-		s.commit)
-}
-
-// commit applies batch to one indexed batch and commits it with a WAL sync,
-// then answers the callers. An op's own outcome (not found, a record it
-// cannot read) goes to its caller alone; a failed commit fails every op: no
-// caller is told a write succeeded unless the commit did. After a failed
-// commit the database takes no more writes; the next group first tries to
-// reopen it (reopen).
-func (s *Store) commit(batch []*op) {
-	results := make([]opResult, len(batch))
+// commit applies group to one indexed batch and commits it with a WAL sync,
+// on the writer goroutine (see internal/groupcommit), then answers the
+// callers. An op's own outcome (not found, a record it cannot read) goes to
+// its caller alone; a failed commit fails every op: no caller is told a
+// write succeeded unless the commit did. After a failed commit the database
+// takes no more writes; the next group first tries to reopen it (reopen).
+func (s *Store) commit(group []*storekit.Op) {
+	results := make([]storekit.Result, len(group))
 	err := s.failure()
 	if err != nil {
 		err = s.reopen()
@@ -80,33 +31,23 @@ func (s *Store) commit(batch []*op) {
 	wrote := false
 	if err == nil {
 		seqBefore := s.seq
-		if wrote, err = s.apply(batch, results); err != nil {
+		if wrote, err = s.apply(group, results); err != nil {
 			s.seq = seqBefore // nothing of the group exists
 		}
 	}
 	if err != nil || wrote {
-		s.health.Record(err, time.Now())
+		s.w.Health.Record(err, time.Now())
 	}
 	if err != nil && s.failed.Load() != nil && !s.readOnly {
 		s.demote()
 	}
 	if err != nil {
-		s.log.Error("pebble batch failed", zap.Int("ops", len(batch)), zap.Error(err))
+		s.log.Error("pebble batch failed", zap.Int("ops", len(group)), zap.Error(err))
 		err = domain.Unavailable("job store write failed", err)
 	} else {
-		s.commits.Add(1)
-		s.committedOps.Add(int64(len(batch)))
+		s.w.Committed(len(group))
 	}
-	for i, o := range batch {
-		if o.done == nil {
-			continue
-		}
-		if err != nil {
-			o.done <- opResult{err: err}
-		} else {
-			o.done <- results[i]
-		}
-	}
+	storekit.Answer(group, results, err)
 }
 
 // failure returns the error that broke the database, if any.
@@ -236,17 +177,12 @@ func closeBroken(db *pebble.DB) (err error) {
 // Options.WriteProbeAfter, a probe commit runs first — which also reopens
 // a failed database once the disk takes writes again.
 func (s *Store) CheckWrites(ctx context.Context) error {
-	if s.health.Idle(time.Now(), s.opts.WriteProbeAfter) {
-		if r := s.submit(ctx, &op{kind: opProbe, at: time.Now(), done: wait()}); errors.Is(r.err, domain.ErrClosed) {
-			return r.err
-		}
-	}
-	return s.health.Err()
+	return s.w.CheckWrites(ctx, s.opts.WriteProbeAfter)
 }
 
 // apply runs the ops in one indexed batch and commits it with pebble.Sync.
 // It reports whether there was anything to commit.
-func (s *Store) apply(batch []*op, results []opResult) (wrote bool, err error) {
+func (s *Store) apply(group []*storekit.Op, results []storekit.Result) (wrote bool, err error) {
 	b := s.db.NewIndexedBatch()
 	committing := false
 	defer func() {
@@ -263,10 +199,10 @@ func (s *Store) apply(batch []*op, results []opResult) (wrote bool, err error) {
 		}
 		_ = b.Close()
 	}()
-	superseded := supersededMarks(batch)
+	superseded := storekit.Superseded(group)
 	seqBefore := s.seq
 	w := &wbatch{b: b, s: s}
-	for i, o := range batch {
+	for i, o := range group {
 		if superseded[i] {
 			continue
 		}
@@ -290,31 +226,6 @@ func (s *Store) apply(batch []*op, results []opResult) (wrote bool, err error) {
 		return false, err
 	}
 	return true, nil
-}
-
-// supersededMarks finds MarkInFlight ops whose job is finished later in the
-// same batch: the in-flight state would never be visible, so writing it is
-// wasted work.
-func supersededMarks(batch []*op) map[int]bool {
-	var marks map[domain.JobID]int
-	var out map[int]bool
-	for i, o := range batch {
-		switch o.kind {
-		case opMarkInFlight:
-			if marks == nil {
-				marks = make(map[domain.JobID]int)
-			}
-			marks[o.id] = i
-		case opFinish:
-			if j, ok := marks[o.id]; ok {
-				if out == nil {
-					out = make(map[int]bool)
-				}
-				out[j] = true
-			}
-		}
-	}
-	return out
 }
 
 // wbatch is the group's batch with the writer's scratch buffers. Its first
@@ -361,9 +272,9 @@ func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 	var oldExp int64
 	oldReady := old != nil && old.ReadyQueue != ""
 	if old != nil {
-		oldExp = ms(old.ExpiresAt)
+		oldExp = storekit.Millis(old.ExpiresAt)
 	}
-	newExp := ms(j.ExpiresAt)
+	newExp := storekit.Millis(j.ExpiresAt)
 	if oldReady && (j.ReadyQueue != old.ReadyQueue || j.ReadySeq != old.ReadySeq) {
 		s.kbuf = readyKey(s.kbuf[:0], old.ReadyQueue, old.ReadySeq)
 		w.del(s.kbuf)
@@ -411,7 +322,7 @@ func (w *wbatch) remove(j *domain.Job) {
 	if j.ReadyQueue != "" {
 		w.del(readyKey(w.s.kbuf[:0], j.ReadyQueue, j.ReadySeq))
 	}
-	if exp := ms(j.ExpiresAt); exp != 0 {
+	if exp := storekit.Millis(j.ExpiresAt); exp != 0 {
 		w.del(expiryKey(w.s.kbuf[:0], exp, j.ID))
 	}
 }
@@ -419,39 +330,39 @@ func (w *wbatch) remove(j *domain.Job) {
 // applyOne runs one op against the group's batch. Outcomes that belong to
 // the caller (not found, a failed read) are returned in the result and leave
 // the batch untouched; a failed write is left in w.err and fails the group.
-func (s *Store) applyOne(w *wbatch, o *op) opResult {
+func (s *Store) applyOne(w *wbatch, o *storekit.Op) storekit.Result {
 	r, err := s.applyOp(w, o)
 	if err != nil {
-		s.log.Error("pebble store operation failed", zap.Int("op", int(o.kind)), zap.Error(err))
-		r = opResult{err: domain.Unavailable("job store write failed", err)}
+		s.log.Error("pebble store operation failed", zap.Int("op", int(o.Kind)), zap.Error(err))
+		r = storekit.Result{Err: domain.Unavailable("job store write failed", err)}
 	}
 	return r
 }
 
-var notFound = opResult{err: domain.ErrNotFound}
+var notFound = storekit.Result{Err: domain.ErrNotFound}
 
-func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
-	switch o.kind {
-	case opInsert:
-		return s.insert(w, o.job)
-	case opDelete:
-		j, err := w.load(o.id)
+func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
+	switch o.Kind {
+	case storekit.OpInsert:
+		return s.insert(w, o.Job)
+	case storekit.OpDelete:
+		j, err := w.load(o.ID)
 		if err != nil || j == nil {
 			return notFound, err
 		}
 		w.remove(j)
-		return opResult{}, nil
-	case opMarkInFlight:
-		j, err := w.load(o.id)
+		return storekit.Result{}, nil
+	case storekit.OpMarkInFlight:
+		j, err := w.load(o.ID)
 		if err != nil || j == nil || j.Status.Terminal() {
-			return opResult{}, err
+			return storekit.Result{}, err
 		}
 		upd := *j
-		upd.Status, upd.DispatchedAt, upd.UpdatedAt = domain.StatusInFlight, o.at, o.at
-		return opResult{}, w.update(j, &upd)
-	case opRequeue:
-		p := o.requeue
-		j, err := w.load(o.id)
+		upd.Status, upd.DispatchedAt, upd.UpdatedAt = domain.StatusInFlight, o.At, o.At
+		return storekit.Result{}, w.update(j, &upd)
+	case storekit.OpRequeue:
+		p := o.Requeue
+		j, err := w.load(o.ID)
 		if err != nil || j == nil || j.Phase() != p.Phase {
 			return notFound, err
 		}
@@ -467,12 +378,12 @@ func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
 		default:
 			return notFound, nil
 		}
-		return opResult{}, w.update(j, &upd)
-	case opFinish:
-		return s.finish(w, o.finish)
-	case opFinishDelivery:
-		p := o.delivery
-		j, err := w.load(o.id)
+		return storekit.Result{}, w.update(j, &upd)
+	case storekit.OpFinish:
+		return s.finish(w, o.Finish)
+	case storekit.OpFinishDelivery:
+		p := o.Delivery
+		j, err := w.load(o.ID)
 		if err != nil || j == nil || j.Phase() != domain.PhaseDeliver {
 			return notFound, err
 		}
@@ -483,50 +394,50 @@ func (s *Store) applyOp(w *wbatch, o *op) (opResult, error) {
 		upd := *j
 		upd.Delivery = &domain.Delivery{Status: status, Attempts: p.Attempts, ResponseStatus: p.Response, Reason: p.Reason}
 		upd.ReadyQueue, upd.UpdatedAt, upd.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
-		return opResult{}, w.update(j, &upd)
-	case opProbe:
-		w.set(keyProbe, binary.BigEndian.AppendUint64(nil, uint64(o.at.UnixMilli())))
-		return opResult{}, nil
-	case opRecover:
-		return s.recoverInFlight(w, o.at)
-	case opResetStale:
-		return s.resetStale(w, o.ids, o.stale)
-	case opPurge:
-		return s.purge(w, o.keys, o.at)
-	case opDeleteFinished:
+		return storekit.Result{}, w.update(j, &upd)
+	case storekit.OpProbe:
+		w.set(keyProbe, binary.BigEndian.AppendUint64(nil, uint64(o.At.UnixMilli())))
+		return storekit.Result{}, nil
+	case storekit.OpRecover:
+		return s.recoverInFlight(w, o.At)
+	case storekit.OpResetStale:
+		return s.resetStale(w, o.Jobs, o.Stale)
+	case storekit.OpPurge:
+		return s.purge(w, o.Keys, o.At)
+	case storekit.OpDeleteFinished:
 		var n int64
-		for _, id := range o.ids {
+		for _, id := range o.IDs {
 			j, err := w.load(id)
 			if err != nil {
-				return opResult{}, err
+				return storekit.Result{}, err
 			}
 			// Re-check: only what is still finished with nothing left to do.
-			if j != nil && j.Seq <= o.seq && j.Status.Terminal() && j.ReadyQueue == "" {
+			if j != nil && j.Seq <= o.Seq && j.Status.Terminal() && j.ReadyQueue == "" {
 				w.remove(j)
 				n++
 			}
 		}
-		return opResult{n: n}, nil
+		return storekit.Result{N: n}, nil
 	}
-	return opResult{}, fmt.Errorf("unknown op %d", o.kind)
+	return storekit.Result{}, fmt.Errorf("unknown op %d", o.Kind)
 }
 
 // insert is the atomic insert-if-absent. A live job holding the key is
 // returned as it is; an expired one is deleted and the key taken.
-func (s *Store) insert(w *wbatch, j *domain.Job) (opResult, error) {
+func (s *Store) insert(w *wbatch, j *domain.Job) (storekit.Result, error) {
 	s.kbuf = idemKey(s.kbuf[:0], j.UserID, j.IdempotentKey)
 	holder, err := get(w.b, s.kbuf)
 	if err != nil {
-		return opResult{}, err
+		return storekit.Result{}, err
 	}
 	var expired *domain.Job
 	if holder != nil {
 		existing, err := w.load(domain.JobID(holder))
 		if err != nil {
-			return opResult{}, err
+			return storekit.Result{}, err
 		}
 		if existing != nil && !existing.Expired(j.CreatedAt) {
-			return opResult{job: existing}, nil
+			return storekit.Result{Job: existing}, nil
 		}
 		expired = existing
 	}
@@ -535,26 +446,26 @@ func (s *Store) insert(w *wbatch, j *domain.Job) (opResult, error) {
 	stored := *j // shallow: the caller does not mutate a job after handing it over
 	stored.Seq, stored.ReadySeq = s.seq+1, s.seq+1
 	if s.vbuf, err = encodeJob(s.vbuf[:0], &stored); err != nil {
-		return opResult{}, err
+		return storekit.Result{}, err
 	}
 	if expired != nil {
 		w.remove(expired)
 	}
 	s.seq++
 	w.put(nil, &stored, s.vbuf)
-	return opResult{job: &stored, fresh: true}, nil
+	return storekit.Result{Job: &stored, Fresh: true}, nil
 }
 
 // finish records the terminal status and, for a job with a webhook, makes its
 // delivery due in p.DeliverIn with a fresh ReadySeq. A job that is already
 // terminal is left alone: no second delivery.
-func (s *Store) finish(w *wbatch, p *ports.FinishParams) (opResult, error) {
+func (s *Store) finish(w *wbatch, p *ports.FinishParams) (storekit.Result, error) {
 	j, err := w.load(p.ID)
 	if err != nil || j == nil {
 		return notFound, err
 	}
 	if j.Status.Terminal() {
-		return opResult{}, nil
+		return storekit.Result{}, nil
 	}
 	upd := *j
 	upd.Status, upd.Attempts, upd.UpdatedAt, upd.Deferrals = p.Status, p.Attempts, p.Now, 0
@@ -565,29 +476,29 @@ func (s *Store) finish(w *wbatch, p *ports.FinishParams) (opResult, error) {
 	upd.Result = &r
 	if p.DeliverIn == "" {
 		upd.ReadyQueue, upd.ExpiresAt = "", p.Now.Add(domain.TTL(p.Status))
-		return opResult{}, w.update(j, &upd)
+		return storekit.Result{}, w.update(j, &upd)
 	}
 	upd.ReadyQueue, upd.ReadySeq = p.DeliverIn, s.seq+1
 	upd.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
 	upd.ExpiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL)) // time to deliver
 	if err := w.update(j, &upd); err != nil {
-		return opResult{}, err
+		return storekit.Result{}, err
 	}
 	s.seq++
-	return opResult{n: upd.ReadySeq}, nil
+	return storekit.Result{N: upd.ReadySeq}, nil
 }
 
-func (s *Store) recoverInFlight(w *wbatch, now time.Time) (opResult, error) {
+func (s *Store) recoverInFlight(w *wbatch, now time.Time) (storekit.Result, error) {
 	ids, err := inFlight(w.b)
 	if err != nil {
-		return opResult{}, err
+		return storekit.Result{}, err
 	}
 	// Read every record before writing any, so a failed read changes nothing.
 	var jobs []*domain.Job
 	for _, id := range ids {
 		j, err := w.load(id)
 		if err != nil {
-			return opResult{}, err
+			return storekit.Result{}, err
 		}
 		if j != nil && j.Status == domain.StatusInFlight {
 			jobs = append(jobs, j)
@@ -600,15 +511,15 @@ func (s *Store) recoverInFlight(w *wbatch, now time.Time) (opResult, error) {
 			w.fail(err) // not reachable: the record decoded, so it encodes
 		}
 	}
-	return opResult{n: int64(len(jobs))}, nil
+	return storekit.Result{N: int64(len(jobs))}, nil
 }
 
-func (s *Store) resetStale(w *wbatch, ids []domain.JobID, p *ports.ResetStaleParams) (opResult, error) {
+func (s *Store) resetStale(w *wbatch, candidates []*domain.Job, p *ports.ResetStaleParams) (storekit.Result, error) {
 	var jobs []*domain.Job
-	for _, id := range ids {
-		j, err := w.load(id)
+	for _, c := range candidates {
+		j, err := w.load(c.ID)
 		if err != nil {
-			return opResult{}, err
+			return storekit.Result{}, err
 		}
 		if j != nil && j.Status == domain.StatusInFlight && j.DispatchedAt.Before(p.DispatchedBefore) && !p.Exclude[j.ID] {
 			jobs = append(jobs, j)
@@ -624,12 +535,12 @@ func (s *Store) resetStale(w *wbatch, ids []domain.JobID, p *ports.ResetStalePar
 		reset = append(reset, &upd)
 	}
 	sortByReadySeq(reset)
-	return opResult{jobs: reset}, nil
+	return storekit.Result{Jobs: reset}, nil
 }
 
 // purge deletes the jobs behind the given expiry-index keys that are still
 // expired at now. Entries that no longer match their job are dropped.
-func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (opResult, error) {
+func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (storekit.Result, error) {
 	type due struct {
 		key []byte
 		job *domain.Job // nil: the entry is stale
@@ -643,13 +554,13 @@ func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (opResult, error)
 		}
 		j, err := w.load(id)
 		if err != nil {
-			return opResult{}, err
+			return storekit.Result{}, err
 		}
 		switch {
 		case j != nil && j.Expired(now) && !taken[id]:
 			taken[id] = true
 			todo = append(todo, due{k, j})
-		case j == nil || ms(j.ExpiresAt) != exp:
+		case j == nil || storekit.Millis(j.ExpiresAt) != exp:
 			todo = append(todo, due{k, nil})
 		}
 	}
@@ -663,5 +574,5 @@ func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (opResult, error)
 		w.del(d.key) // the job's own entry, or a stale one
 		n++
 	}
-	return opResult{n: n}, nil
+	return storekit.Result{N: n}, nil
 }

@@ -39,7 +39,10 @@
 // process's group is retried. Every operation is bounded by Options.Timeout,
 // and any backend failure is returned as domain.Unavailable: while the
 // database is unreachable operations fail promptly, and once it is back the
-// pool reconnects by itself.
+// pool reconnects by itself. The operations themselves, submitting them and
+// waiting, the skipping of superseded marks and the JobStore methods that
+// only submit an operation are internal/storekit's, shared with the other
+// durable stores; this package applies a group (writer.go).
 //
 // # Processes
 //
@@ -110,8 +113,8 @@
 //   - ListReady returns every unexpired ready job of the lane after the
 //     cursor, in ReadySeq order, and claims nothing: the app calls it only
 //     for lanes whose lease it holds.
-//   - OrphanedQueues returns none: a dead process's lanes are taken over
-//     through SyncLeases, not job by job.
+//   - A dead process's lanes are taken over through SyncLeases, not job by
+//     job.
 //   - RecoverInFlight (start-up) resets this process's own in-flight jobs (a
 //     previous run under the same id left them) and dead processes'.
 //   - ResetStale resets in-flight jobs older than the cut-off that are this

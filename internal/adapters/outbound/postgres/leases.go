@@ -9,6 +9,7 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 // Lane leases (ports.Cluster): one aquifer_lanes row per upstream, held by
@@ -286,6 +287,5 @@ func (s *Store) RecoverLane(ctx context.Context, upstream domain.UpstreamKey) (i
 	if upstream == "" {
 		return 0, nil
 	}
-	r := s.submit(ctx, &op{kind: opRecoverLane, upstream: upstream, at: time.Now(), done: wait()})
-	return int(r.n), r.err
+	return s.w.Count(ctx, &storekit.Op{Kind: storekit.OpRecoverLane, Upstream: upstream, At: time.Now()})
 }

@@ -107,14 +107,14 @@ func (s *Store) notifier() {
 	for {
 		select {
 		case <-s.kick:
-		case <-s.closing:
+		case <-s.w.Closing():
 			s.flushNotify(min(s.opts.Timeout, 2*time.Second))
 			return
 		}
 		t := time.NewTimer(s.opts.NotifyInterval)
 		select {
 		case <-t.C:
-		case <-s.closing:
+		case <-s.w.Closing():
 			t.Stop()
 		}
 		s.flushNotify(s.opts.Timeout)
@@ -296,7 +296,7 @@ func (s *Store) Listen(ctx context.Context, deliver func(ports.ClusterMessage)) 
 	go func() { // ends the listen when the store closes
 		defer close(watchDone)
 		select {
-		case <-s.closing:
+		case <-s.w.Closing():
 			cancel()
 		case <-ctx.Done():
 		}

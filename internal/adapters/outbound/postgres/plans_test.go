@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 // TestQueriesUseIndexes checks, on a table of realistic shape (many lanes,
@@ -54,7 +56,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"RecoverLane", sqlRecoverLane, []any{"http://up1.test:80", now}},
 		{"RecoverInFlight", `UPDATE jobs SET status = 'queued', updated_at = $2
 			WHERE ` + mineOrDead("$1") + ` AND ready_lane <> '' AND status = 'in_flight'`, []any{"a:1", now}},
-		{"ResetStale (read)", "SELECT " + jobColumns + ` FROM jobs WHERE ` + mineOrDead("$1") + `
+		{"ResetStale (read)", "SELECT " + storekit.JobColumns + ` FROM jobs WHERE ` + mineOrDead("$1") + `
 			AND ready_lane <> '' AND status = 'in_flight' AND dispatched_at < $2 ORDER BY ready_seq`, []any{"a:1", now}},
 	} {
 		// A prepared statement runs with a custom plan (for its values)

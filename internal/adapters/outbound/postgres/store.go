@@ -16,8 +16,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 // Options configure a Store.
@@ -74,14 +74,6 @@ func (o Options) withDefaults() Options {
 	if o.MaxConns <= 0 {
 		o.MaxConns = 8
 	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = 1024
-	}
-	if o.GatherYields == 0 {
-		o.GatherYields = 2
-	} else if o.GatherYields < 0 {
-		o.GatherYields = 0
-	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
 	}
@@ -104,12 +96,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	path string // DSN without password
 
-	ops       chan *op
-	closeOnce sync.Once
-	closing   chan struct{}
-	done      chan struct{} // writer stopped
-	mu        sync.RWMutex  // guards closed against sends after Close
-	closed    bool
+	w                  *storekit.Writer // the single writer; its commit is Store.commit
+	storekit.JobWrites                  // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
+	closeOnce          sync.Once
 
 	renewOnce sync.Once
 	renewStop chan struct{}
@@ -120,10 +109,9 @@ type Store struct {
 	kick       chan struct{}             // wakes the notifier (capacity 1)
 	notifyDone chan struct{}             // notifier stopped
 
-	commits, committedOps, renewals atomic.Int64
-	health                          groupcommit.Health // the writer's commits and write probes, for CheckWrites
-	notified, dropped, delivered    atomic.Int64
-	listenPID                       atomic.Uint32 // backend of the current Listen connection (tests)
+	renewals                     atomic.Int64
+	notified, dropped, delivered atomic.Int64
+	listenPID                    atomic.Uint32 // backend of the current Listen connection (tests)
 }
 
 // Stats are cumulative counters.
@@ -138,7 +126,8 @@ type Stats struct {
 
 // Stats returns the store's counters: Ops/Commits is the mean group size.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.commits.Load(), Ops: s.committedOps.Load(), Renewals: s.renewals.Load(),
+	commits, ops := s.w.Stats()
+	return Stats{Commits: commits, Ops: ops, Renewals: s.renewals.Load(),
 		Notified: s.notified.Load(), Dropped: s.dropped.Load(), Delivered: s.delivered.Load()}
 }
 
@@ -181,9 +170,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		log:       opts.Logger,
 		pool:      pool,
 		path:      redact(opts.DSN),
-		ops:       make(chan *op, 4*opts.MaxBatch),
-		closing:   make(chan struct{}),
-		done:      make(chan struct{}),
 		renewStop: make(chan struct{}),
 		renewDone: make(chan struct{}),
 
@@ -202,7 +188,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	go s.writer()
+	s.w = storekit.Start(storekit.Config{MaxBatch: opts.MaxBatch, GatherYields: opts.GatherYields,
+		CtxErr: func(err error) error { return unavailable("submit write", err) }}, s.commit)
+	s.JobWrites = s.w.JobWrites()
 	go s.renewer()
 	go s.notifier()
 	return s, nil
@@ -293,11 +281,7 @@ func (s *Store) Path() string { return s.path }
 // twice.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		close(s.closing)
-		<-s.done
+		s.w.Close()
 		<-s.notifyDone
 		s.stopRenewing()
 		ctx, cancel := context.WithTimeout(context.Background(), min(s.opts.Timeout, 2*time.Second))
@@ -313,11 +297,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) isClosed() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.closed
-}
+func (s *Store) isClosed() bool { return s.w.Closed() }
 
 // opCtx bounds one operation by Options.Timeout.
 func (s *Store) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -334,78 +314,6 @@ func unavailable(what string, err error) error {
 		return err
 	}
 	return domain.Unavailable("job store unavailable", fmt.Errorf("%s: %w", what, err))
-}
-
-// submit hands an operation to the writer. When o.done is set it waits for the
-// result; once submitted, the wait ignores ctx (the group commit is bounded
-// by Options.Timeout), so a caller that goes away cannot be told "failed"
-// about a write that in fact committed.
-func (s *Store) submit(ctx context.Context, o *op) opResult {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return opResult{err: domain.ErrClosed}
-	}
-	select {
-	case s.ops <- o:
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return opResult{err: unavailable("submit write", ctx.Err())}
-	}
-	s.mu.RUnlock()
-	if o.done == nil {
-		return opResult{}
-	}
-	return <-o.done
-}
-
-func wait() chan opResult { return make(chan opResult, 1) }
-
-// Insert implements ports.JobStore. The new job's owner is this process
-// until an attempt or a lane's holder touches it; that decides nothing about
-// who dispatches it (the holder of its lane's lease does).
-func (s *Store) Insert(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
-	r := s.submit(ctx, &op{kind: opInsert, job: job, done: wait()})
-	return r.job, r.fresh, r.err
-}
-
-// Delete implements ports.JobStore.
-func (s *Store) Delete(ctx context.Context, id domain.JobID) error {
-	return s.submit(ctx, &op{kind: opDelete, id: id, done: wait()}).err
-}
-
-// MarkInFlight implements ports.JobStore. It does not wait for the commit.
-// The job's owner becomes this process, which runs the attempt: while this
-// process is alive, no peer's recovery resets the job.
-func (s *Store) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) error {
-	return s.submit(ctx, &op{kind: opMarkInFlight, id: p.ID, at: p.At}).err
-}
-
-// Requeue implements ports.JobStore. The job's owner becomes this process,
-// which ran the attempt.
-func (s *Store) Requeue(ctx context.Context, p *ports.RequeueParams) error {
-	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, requeue: p, done: wait()}).err
-}
-
-// Finish implements ports.JobStore. The job's owner becomes this process,
-// which ran the attempt; a delivery it makes due is dispatched by the holder
-// of the receiver lane's lease.
-func (s *Store) Finish(ctx context.Context, p *ports.FinishParams) (int64, error) {
-	r := s.submit(ctx, &op{kind: opFinish, id: p.ID, finish: p, done: wait()})
-	return r.n, r.err
-}
-
-// FinishDelivery implements ports.JobStore.
-func (s *Store) FinishDelivery(ctx context.Context, p *ports.FinishDeliveryParams) error {
-	return s.submit(ctx, &op{kind: opFinishDelivery, id: p.ID, delivery: p, done: wait()}).err
-}
-
-// RecoverInFlight implements ports.JobStore for this process's own in-flight
-// jobs (a previous run under the same instance id left them) and those of
-// dead processes; a live peer's running attempts are left alone.
-func (s *Store) RecoverInFlight(ctx context.Context) (int, error) {
-	r := s.submit(ctx, &op{kind: opRecover, at: time.Now(), done: wait()})
-	return int(r.n), r.err
 }
 
 // mineOrDead is a condition on jobs.owner that holds for this process ($me)
@@ -430,10 +338,10 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 		return nil, domain.ErrClosed
 	}
 	rctx, cancel := s.opCtx(ctx)
-	rows, err := s.pool.Query(rctx, "SELECT "+jobColumns+` FROM jobs
+	rows, err := s.pool.Query(rctx, "SELECT "+storekit.JobColumns+` FROM jobs
 		WHERE `+mineOrDead("$1")+`
 		AND ready_lane <> '' AND status = 'in_flight' AND dispatched_at < $2 ORDER BY ready_seq`,
-		s.opts.Owner, ms(p.DispatchedBefore))
+		s.opts.Owner, storekit.Millis(p.DispatchedBefore))
 	var candidates []*domain.Job
 	if err == nil {
 		candidates, err = collect(rows)
@@ -442,17 +350,7 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 	if err != nil {
 		return nil, unavailable("find stale jobs", err)
 	}
-	var keep []*domain.Job
-	for _, j := range candidates {
-		if !p.Exclude[j.ID] {
-			keep = append(keep, j)
-		}
-	}
-	if len(keep) == 0 {
-		return nil, nil
-	}
-	r := s.submit(ctx, &op{kind: opResetStale, jobs: keep, stale: p, done: wait()})
-	return r.jobs, r.err
+	return s.w.ResetStale(ctx, candidates, p)
 }
 
 // Purge implements ports.JobStore. Expired rows are found by a read and
@@ -465,25 +363,21 @@ func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
 		return 0, nil
 	}
 	rctx, cancel := s.opCtx(ctx)
-	rows, err := s.pool.Query(rctx, "SELECT id FROM jobs WHERE expires_at <= $1 LIMIT $2", ms(p.Now), p.Limit)
-	var ids []string
+	rows, err := s.pool.Query(rctx, "SELECT id FROM jobs WHERE expires_at <= $1 LIMIT $2", storekit.Millis(p.Now), p.Limit)
+	var ids []domain.JobID
 	if err == nil {
-		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[domain.JobID])
 	}
 	cancel()
 	if err != nil {
 		return 0, unavailable("find expired jobs", err)
 	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	r := s.submit(ctx, &op{kind: opPurge, ids: ids, at: p.Now, done: wait()})
-	return int(r.n), r.err
+	return s.w.Sweep(ctx, &storekit.Op{Kind: storekit.OpPurge, Found: storekit.Found{IDs: ids}, At: p.Now})
 }
 
 const (
-	sqlGet    = "SELECT " + jobColumns + " FROM jobs WHERE id = $1"
-	sqlLookup = "SELECT " + jobColumns + " FROM jobs WHERE user_id = $1 AND idempotent_key = $2"
+	sqlGet    = "SELECT " + storekit.JobColumns + " FROM jobs WHERE id = $1"
+	sqlLookup = "SELECT " + storekit.JobColumns + " FROM jobs WHERE user_id = $1 AND idempotent_key = $2"
 )
 
 // Get implements ports.JobStore.
@@ -502,7 +396,7 @@ func (s *Store) getOne(ctx context.Context, what, sql string, args ...any) (*dom
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	j, err := scanJob(s.pool.QueryRow(ctx, sql, args...))
+	j, err := storekit.ScanJob(s.pool.QueryRow(ctx, sql, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, domain.ErrNotFound
 	}
@@ -526,7 +420,7 @@ func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs
 		WHERE ready_lane = $1 AND ready_lane <> '' AND ready_seq < $2 AND status <> 'in_flight' AND expires_at > $3`,
-		string(lane), readySeq, ms(time.Now())).Scan(&n); err != nil {
+		string(lane), readySeq, storekit.Millis(time.Now())).Scan(&n); err != nil {
 		return 0, unavailable("job position", err)
 	}
 	return int(n), nil
@@ -538,7 +432,7 @@ func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int
 // The condition that ready_lane is not empty, implied by the lane, is
 // stated so that a generic plan of the prepared statement may use the
 // partial index.
-const sqlListReady = "SELECT " + jobColumns + ` FROM jobs
+const sqlListReady = "SELECT " + storekit.JobColumns + ` FROM jobs
 	WHERE ready_lane = $1 AND ready_lane <> '' AND ready_seq > $2 AND status <> 'in_flight' AND expires_at > $3
 	ORDER BY ready_seq LIMIT $4`
 
@@ -554,7 +448,7 @@ func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*dom
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, sqlListReady, string(p.Queue), p.AfterSeq, ms(p.Now), p.Limit)
+	rows, err := s.pool.Query(ctx, sqlListReady, string(p.Queue), p.AfterSeq, storekit.Millis(p.Now), p.Limit)
 	if err != nil {
 		return nil, unavailable("list ready jobs", err)
 	}
@@ -624,7 +518,7 @@ func (s *Store) CountUnfinished(ctx context.Context, prefix string) (int64, erro
 		}
 	}
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE user_id >= $1 AND user_id < $2
-		AND status IN ('queued', 'in_flight') AND expires_at > $3`, prefix, string(end), ms(time.Now())).Scan(&n)
+		AND status IN ('queued', 'in_flight') AND expires_at > $3`, prefix, string(end), storekit.Millis(time.Now())).Scan(&n)
 	if err != nil {
 		return 0, unavailable("count a tenant's jobs", err)
 	}
@@ -640,7 +534,7 @@ func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
 	defer cancel()
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'queued'),
 		count(*) FILTER (WHERE status = 'in_flight'), count(*) FILTER (WHERE delivery_status = 'pending')
-		FROM jobs WHERE ready_lane <> '' AND expires_at > $1`, ms(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
+		FROM jobs WHERE ready_lane <> '' AND expires_at > $1`, storekit.Millis(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
 	if err != nil {
 		return ports.Counts{}, unavailable("count jobs", err)
 	}

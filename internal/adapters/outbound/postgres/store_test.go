@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
-
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 	"github.com/aquiferhq/aquifer/internal/storetest"
 )
 
@@ -19,14 +19,14 @@ func TestContract(t *testing.T) {
 
 // runGroup commits ops as one group, as the writer does, and returns what
 // each caller is told.
-func runGroup(s *Store, ops []*op) []opResult {
+func runGroup(s *Store, ops []*storekit.Op) []storekit.Result {
 	for _, o := range ops {
-		o.done = wait()
+		o.Await()
 	}
 	s.commit(ops)
-	out := make([]opResult, len(ops))
+	out := make([]storekit.Result, len(ops))
 	for i, o := range ops {
-		out[i] = <-o.done
+		out[i] = o.Result()
 	}
 	return out
 }
@@ -40,18 +40,18 @@ func TestGroupSettlesRepeatedAndExpiredKeys(t *testing.T) {
 	old.ExpiresAt = time.Now().Add(-time.Minute)
 	first, second, other := storetest.NewJob("u", "k", "up.test:80"), storetest.NewJob("u", "k", "up.test:80"),
 		storetest.NewJob("u", "other", "up.test:80")
-	r := runGroup(s, []*op{{kind: opInsert, job: old}, {kind: opInsert, job: first}, {kind: opInsert, job: second},
-		{kind: opInsert, job: other}})
+	r := runGroup(s, []*storekit.Op{{Kind: storekit.OpInsert, Job: old}, {Kind: storekit.OpInsert, Job: first}, {Kind: storekit.OpInsert, Job: second},
+		{Kind: storekit.OpInsert, Job: other}})
 	for i, want := range []struct {
 		id    domain.JobID
 		fresh bool
 	}{{old.ID, true}, {first.ID, true}, {first.ID, false}, {other.ID, true}} {
-		if r[i].err != nil || r[i].fresh != want.fresh || r[i].job.ID != want.id {
+		if r[i].Err != nil || r[i].Fresh != want.fresh || r[i].Job.ID != want.id {
 			t.Fatalf("insert %d: %+v, want job %s fresh=%v", i, r[i], want.id, want.fresh)
 		}
 	}
-	if r[1].job.Seq <= r[0].job.Seq || r[1].job.ReadySeq != r[1].job.Seq {
-		t.Fatalf("replacement seq %d (ready %d) after %d", r[1].job.Seq, r[1].job.ReadySeq, r[0].job.Seq)
+	if r[1].Job.Seq <= r[0].Job.Seq || r[1].Job.ReadySeq != r[1].Job.Seq {
+		t.Fatalf("replacement seq %d (ready %d) after %d", r[1].Job.Seq, r[1].Job.ReadySeq, r[0].Job.Seq)
 	}
 	if _, err := s.Get(t.Context(), old.ID); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("the expired holder survived: %v", err)
@@ -69,14 +69,14 @@ func TestGroupIsolatesARefusedOp(t *testing.T) {
 	}
 	good1, bad, good2 := storetest.NewJob("u", "1", "up.test:80"), storetest.NewJob("u\x00", "2", "up.test:80"),
 		storetest.NewJob("u", "3", "up.test:80")
-	r := runGroup(s, []*op{{kind: opInsert, job: good1}, {kind: opDelete, id: victim.ID}, {kind: opInsert, job: bad},
-		{kind: opInsert, job: good2}})
+	r := runGroup(s, []*storekit.Op{{Kind: storekit.OpInsert, Job: good1}, {Kind: storekit.OpDelete, ID: victim.ID}, {Kind: storekit.OpInsert, Job: bad},
+		{Kind: storekit.OpInsert, Job: good2}})
 	// The failed group left nothing behind: re-run alone, each good op
 	// finds the state it expects (a fresh key, a job to delete).
-	if r[0].err != nil || !r[0].fresh || r[1].err != nil || r[3].err != nil || !r[3].fresh {
+	if r[0].Err != nil || !r[0].Fresh || r[1].Err != nil || r[3].Err != nil || !r[3].Fresh {
 		t.Fatalf("good ops: %+v, %+v, %+v", r[0], r[1], r[3])
 	}
-	if r[2].err == nil || domain.CodeOf(r[2].err) != domain.CodeUnavailable {
+	if r[2].Err == nil || domain.CodeOf(r[2].Err) != domain.CodeUnavailable {
 		t.Fatalf("bad insert: %+v, want an unavailable error", r[2])
 	}
 	// Free text that PostgreSQL cannot store is made storable instead.
@@ -98,18 +98,18 @@ func TestFinishRaceKeepsOneDelivery(t *testing.T) {
 	if _, _, err := s.Insert(t.Context(), j); err != nil {
 		t.Fatal(err)
 	}
-	var ops []*op
+	var ops []*storekit.Op
 	for range 5 {
-		ops = append(ops, &op{kind: opFinish, id: j.ID, finish: &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted,
+		ops = append(ops, &storekit.Op{Kind: storekit.OpFinish, ID: j.ID, Finish: &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted,
 			Attempts: 1, Now: time.Now(), DeliverIn: "hooks.test:80"}})
 	}
 	r := runGroup(s, ops)
 	due := 0
 	for _, x := range r {
-		if x.err != nil {
-			t.Fatal(x.err)
+		if x.Err != nil {
+			t.Fatal(x.Err)
 		}
-		if x.n > 0 {
+		if x.N > 0 {
 			due++
 		}
 	}

@@ -12,71 +12,28 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
-type opKind int
-
-const (
-	opInsert opKind = iota
-	opDelete
-	opMarkInFlight
-	opRequeue
-	opFinish
-	opFinishDelivery
-	opRecover
-	opResetStale
-	opRecoverLane
-	opPurge
-)
-
-// op is one write waiting for the writer. done is nil for fire-and-forget ops.
-type op struct {
-	kind     opKind
-	job      *domain.Job
-	id       domain.JobID
-	at       time.Time
-	ids      []string
-	jobs     []*domain.Job
-	requeue  *ports.RequeueParams
-	finish   *ports.FinishParams
-	delivery *ports.FinishDeliveryParams
-	stale    *ports.ResetStaleParams
-	upstream domain.UpstreamKey
-	done     chan opResult
-}
-
-type opResult struct {
-	job   *domain.Job
-	fresh bool
-	n     int64
-	jobs  []*domain.Job
-	err   error
-}
-
-// writer is the single goroutine that writes: it runs the ops waiting, up to
-// MaxBatch at a time, in one transaction each, sent as one pipelined batch
-// (one round trip and one WAL flush per group; see internal/groupcommit).
-func (s *Store) writer() {
-	defer close(s.done)
-	groupcommit.Run(s.ops, s.closing, groupcommit.Options{MaxBatch: s.opts.MaxBatch, GatherYields: s.opts.GatherYields},
-		s.commit)
-}
-
-// commit runs batch and answers every waiting caller. The group is one
-// transaction: if it fails, no op in it took effect and every caller is told
-// so. A deadlock with another process's group is retried. A statement that
-// PostgreSQL refuses for its data (not for being unreachable) would fail
-// every op sharing the group, so the group is then re-run one op per
-// transaction and only the offending op fails.
-func (s *Store) commit(batch []*op) {
+// commit runs group, on the writer goroutine (see internal/groupcommit),
+// and answers every waiting caller. The group is one transaction, sent as
+// one pipelined batch (one round trip and one WAL flush): if it fails, no op
+// in it took effect and every caller is told so. A deadlock with another
+// process's group is retried. A statement that PostgreSQL refuses for its
+// data (not for being unreachable) would fail every op sharing the group,
+// so the group is then re-run one op per transaction and only the
+// offending op fails.
+func (s *Store) commit(group []*storekit.Op) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
-	superseded := supersededMarks(batch)
-	live := make([]*op, 0, len(batch))
-	for i, o := range batch {
-		if !superseded[i] {
+	superseded := storekit.Superseded(group)
+	live := make([]*storekit.Op, 0, len(group))
+	var skipped []*storekit.Op
+	for i, o := range group {
+		if superseded[i] {
+			skipped = append(skipped, o)
+		} else {
 			live = append(live, o)
 		}
 	}
@@ -86,37 +43,25 @@ func (s *Store) commit(batch []*op) {
 	}
 	if err != nil && len(live) > 1 && dataError(err) {
 		s.log.Warn("postgres group commit refused; retrying its operations one by one", zap.Int("ops", len(live)), zap.Error(err))
-		results, err = make([]opResult, len(live)), nil
+		results, err = make([]storekit.Result, len(live)), nil
 		for i, o := range live {
-			r, e := s.run(ctx, []*op{o})
+			r, e := s.run(ctx, []*storekit.Op{o})
 			if e != nil {
-				r = []opResult{{err: unavailable("write job", e)}}
+				r = []storekit.Result{{Err: unavailable("write job", e)}}
 			}
 			results[i] = r[0]
 		}
 	}
 	if len(live) > 0 {
-		s.health.Record(err, time.Now())
+		s.w.Health.Record(err, time.Now())
 	}
 	if err != nil {
 		s.log.Error("postgres group commit failed", zap.Int("ops", len(live)), zap.Error(err))
 		err = unavailable("job store write failed", err)
 	}
-	for i, o := range live {
-		if o.done == nil {
-			continue
-		}
-		if err != nil {
-			o.done <- opResult{err: err}
-		} else {
-			o.done <- results[i]
-		}
-	}
-	for i, o := range batch {
-		if superseded[i] && o.done != nil {
-			o.done <- opResult{}
-		}
-	}
+	storekit.Answer(live, results, err)
+	storekit.Answer(skipped, make([]storekit.Result, len(skipped)), nil) // they had nothing to write
+
 }
 
 // retryable reports whether err aborted a transaction that may simply be run
@@ -142,31 +87,6 @@ func dataError(err error) bool {
 	return true
 }
 
-// supersededMarks finds MarkInFlight ops whose job is finished later in the
-// same batch: the in-flight state would never be visible, so writing it is
-// wasted work.
-func supersededMarks(batch []*op) map[int]bool {
-	var marks map[domain.JobID]int
-	var out map[int]bool
-	for i, o := range batch {
-		switch o.kind {
-		case opMarkInFlight:
-			if marks == nil {
-				marks = make(map[domain.JobID]int)
-			}
-			marks[o.id] = i
-		case opFinish:
-			if j, ok := marks[o.id]; ok {
-				if out == nil {
-					out = make(map[int]bool)
-				}
-				out[j] = true
-			}
-		}
-	}
-	return out
-}
-
 // run applies ops in one transaction: a single pipelined batch, which
 // PostgreSQL runs as one implicit transaction committed at its end. It
 // returns each op's outcome, or an error if the transaction failed (then no
@@ -177,17 +97,17 @@ func supersededMarks(batch []*op) map[int]bool {
 // results are in; they are settled afterwards in further transactions
 // (settleInserts), each insert still one atomic step on the unique index.
 // Their callers' results then depend only on their own transaction.
-func (s *Store) run(ctx context.Context, ops []*op) ([]opResult, error) {
-	results := make([]opResult, len(ops))
+func (s *Store) run(ctx context.Context, ops []*storekit.Op) ([]storekit.Result, error) {
+	results := make([]storekit.Result, len(ops))
 	b := &pgx.Batch{}
 	var inserts []int
 	for i, o := range ops {
-		if o.kind == opInsert {
+		if o.Kind == storekit.OpInsert {
 			inserts = append(inserts, i)
 			continue
 		}
 		if err := s.queue(b, o, &results[i]); err != nil {
-			results[i].err = err // cannot happen for well-formed ops; fails only this op
+			results[i].Err = err // cannot happen for well-formed ops; fails only this op
 		}
 	}
 	// The first insert of each key goes into the batch; repeats wait.
@@ -200,8 +120,7 @@ func (s *Store) run(ctx context.Context, ops []*op) ([]opResult, error) {
 		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 			return nil, err
 		}
-		s.commits.Add(1)
-		s.committedOps.Add(int64(len(ops) - len(conflicts) - len(later)))
+		s.w.Committed(len(ops) - len(conflicts) - len(later))
 	}
 	if len(conflicts) > 0 || len(later) > 0 {
 		s.settleInserts(ctx, ops, append(conflicts, later...), results)
@@ -213,13 +132,13 @@ func (s *Store) run(ctx context.Context, ops []*op) ([]opResult, error) {
 // (user_id, idempotent_key) sorted by key (a fixed lock order, so groups of
 // two processes inserting the same keys cannot deadlock), and the rest in
 // their original order.
-func splitRound(ops []*op, idx []int) (round, rest []int) {
+func splitRound(ops []*storekit.Op, idx []int) (round, rest []int) {
 	if len(idx) == 0 {
 		return nil, nil
 	}
 	seen := make(map[[2]string]bool, len(idx))
 	for _, i := range idx {
-		k := [2]string{ops[i].job.UserID, ops[i].job.IdempotentKey}
+		k := [2]string{ops[i].Job.UserID, ops[i].Job.IdempotentKey}
 		if seen[k] {
 			rest = append(rest, i)
 			continue
@@ -228,7 +147,7 @@ func splitRound(ops []*op, idx []int) (round, rest []int) {
 		round = append(round, i)
 	}
 	sort.Slice(round, func(a, b int) bool {
-		ja, jb := ops[round[a]].job, ops[round[b]].job
+		ja, jb := ops[round[a]].Job, ops[round[b]].Job
 		if ja.UserID != jb.UserID {
 			return ja.UserID < jb.UserID
 		}
@@ -256,7 +175,7 @@ RETURNING id, seq`
 
 // queueInsert adds one multi-row insert of the jobs at idx to b. Its callback
 // fills the results of inserted jobs and lists the others in conflicts.
-func (s *Store) queueInsert(b *pgx.Batch, ops []*op, idx []int, results []opResult, conflicts *[]int) {
+func (s *Store) queueInsert(b *pgx.Batch, ops []*storekit.Op, idx []int, results []storekit.Result, conflicts *[]int) {
 	n := len(idx)
 	var (
 		ids, users, keys, urls, pools, methods, headers = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n),
@@ -268,10 +187,10 @@ func (s *Store) queueInsert(b *pgx.Batch, ops []*op, idx []int, results []opResu
 		rows                                  = make([]int, 0, n)
 	)
 	for _, i := range idx {
-		j := ops[i].job
-		h, err := encodeHeaders(j.Headers)
+		j := ops[i].Job
+		h, err := storekit.EncodeHeaders(j.Headers)
 		if err != nil {
-			results[i].err = unavailable("insert job", err)
+			results[i].Err = unavailable("insert job", err)
 			continue
 		}
 		rows = append(rows, i)
@@ -284,7 +203,7 @@ func (s *Store) queueInsert(b *pgx.Batch, ops []*op, idx []int, results []opResu
 		bodies, webhooks = append(bodies, body), append(webhooks, j.WebhookURL)
 		lanes, statuses, readyLanes = append(lanes, string(j.Queue)), append(statuses, string(j.Status)), append(readyLanes, string(j.ReadyQueue))
 		attempts, deferrals = append(attempts, int32(j.Attempts)), append(deferrals, int32(j.Deferrals))
-		created, updated, expires = append(created, ms(j.CreatedAt)), append(updated, ms(j.UpdatedAt)), append(expires, ms(j.ExpiresAt))
+		created, updated, expires = append(created, storekit.Millis(j.CreatedAt)), append(updated, storekit.Millis(j.UpdatedAt)), append(expires, storekit.Millis(j.ExpiresAt))
 	}
 	if len(rows) == 0 {
 		return
@@ -304,7 +223,7 @@ func (s *Store) queueInsert(b *pgx.Batch, ops []*op, idx []int, results []opResu
 			return err
 		}
 		for _, i := range rows {
-			j := ops[i].job
+			j := ops[i].Job
 			seq, ok := inserted[string(j.ID)]
 			if !ok {
 				*conflicts = append(*conflicts, i)
@@ -312,7 +231,7 @@ func (s *Store) queueInsert(b *pgx.Batch, ops []*op, idx []int, results []opResu
 			}
 			stored := *j // shallow: the caller does not mutate a job after handing it over
 			stored.Seq, stored.ReadySeq = seq, seq
-			results[i] = opResult{job: &stored, fresh: true}
+			results[i] = storekit.Result{Job: &stored, Fresh: true}
 		}
 		return nil
 	})
@@ -323,12 +242,12 @@ func (s *Store) queueInsert(b *pgx.Batch, ops []*op, idx []int, results []opResu
 // key and returns it if it is live; an expired holder is deleted and the
 // insert tried again, in a transaction of its own (the unique index keeps
 // that atomic against any concurrent writer, in this process or another).
-func (s *Store) settleInserts(ctx context.Context, ops []*op, pending []int, results []opResult) {
+func (s *Store) settleInserts(ctx context.Context, ops []*storekit.Op, pending []int, results []storekit.Result) {
 	tries := make(map[int]int)
 	for len(pending) > 0 {
 		if ctx.Err() != nil {
 			for _, i := range pending {
-				results[i].err = unavailable("insert job", ctx.Err())
+				results[i].Err = unavailable("insert job", ctx.Err())
 			}
 			return
 		}
@@ -336,9 +255,9 @@ func (s *Store) settleInserts(ctx context.Context, ops []*op, pending []int, res
 		// Read the holders of this round's keys.
 		users, keys := make([]string, len(round)), make([]string, len(round))
 		for n, i := range round {
-			users[n], keys[n] = ops[i].job.UserID, ops[i].job.IdempotentKey
+			users[n], keys[n] = ops[i].Job.UserID, ops[i].Job.IdempotentKey
 		}
-		rows, err := s.pool.Query(ctx, "SELECT "+jobColumns+` FROM jobs
+		rows, err := s.pool.Query(ctx, "SELECT "+storekit.JobColumns+` FROM jobs
 			WHERE (user_id, idempotent_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, users, keys)
 		var holders []*domain.Job
 		if err == nil {
@@ -346,7 +265,7 @@ func (s *Store) settleInserts(ctx context.Context, ops []*op, pending []int, res
 		}
 		if err != nil {
 			for _, i := range append(round, rest...) {
-				results[i].err = unavailable("insert job", err)
+				results[i].Err = unavailable("insert job", err)
 			}
 			return
 		}
@@ -357,13 +276,13 @@ func (s *Store) settleInserts(ctx context.Context, ops []*op, pending []int, res
 		var retry, expired []int
 		var expiredIDs []string
 		for _, i := range round {
-			j := ops[i].job
+			j := ops[i].Job
 			h := byKey[[2]string{j.UserID, j.IdempotentKey}]
 			switch {
 			case h != nil && !h.Expired(j.CreatedAt):
-				results[i] = opResult{job: h, fresh: false}
+				results[i] = storekit.Result{Job: h, Fresh: false}
 			case tries[i] >= 3:
-				results[i].err = unavailable("insert job", errors.New("the key's holder kept changing"))
+				results[i].Err = unavailable("insert job", errors.New("the key's holder kept changing"))
 			default:
 				tries[i]++
 				if h != nil {
@@ -388,11 +307,10 @@ func (s *Store) settleInserts(ctx context.Context, ops []*op, pending []int, res
 			s.queueInsert(b, ops, againRound, results, &conflicts)
 			if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 				for _, i := range again {
-					results[i] = opResult{err: unavailable("insert job", err)}
+					results[i] = storekit.Result{Err: unavailable("insert job", err)}
 				}
 			} else {
-				s.commits.Add(1)
-				s.committedOps.Add(int64(len(again) - len(conflicts)))
+				s.w.Committed(len(again) - len(conflicts))
 				rest = append(conflicts, rest...)
 			}
 		}
@@ -402,37 +320,37 @@ func (s *Store) settleInserts(ctx context.Context, ops []*op, pending []int, res
 
 // queue adds the statement of a non-insert op to b, with a callback that
 // records its outcome in r.
-func (s *Store) queue(b *pgx.Batch, o *op, r *opResult) error {
+func (s *Store) queue(b *pgx.Batch, o *storekit.Op, r *storekit.Result) error {
 	notFoundIfNone := func(ct pgconn.CommandTag) error {
 		if ct.RowsAffected() == 0 {
-			r.err = domain.ErrNotFound
+			r.Err = domain.ErrNotFound
 		}
 		return nil
 	}
-	switch o.kind {
-	case opDelete:
-		b.Queue("DELETE FROM jobs WHERE id = $1", string(o.id)).Exec(notFoundIfNone)
-	case opMarkInFlight:
+	switch o.Kind {
+	case storekit.OpDelete:
+		b.Queue("DELETE FROM jobs WHERE id = $1", string(o.ID)).Exec(notFoundIfNone)
+	case storekit.OpMarkInFlight:
 		b.Queue(`UPDATE jobs SET status = 'in_flight', dispatched_at = $2, updated_at = $2, owner = $3
-			WHERE id = $1 AND status IN ('queued', 'in_flight')`, string(o.id), ms(o.at), s.opts.Owner)
-	case opRequeue:
-		p := o.requeue
+			WHERE id = $1 AND status IN ('queued', 'in_flight')`, string(o.ID), storekit.Millis(o.At), s.opts.Owner)
+	case storekit.OpRequeue:
+		p := o.Requeue
 		switch p.Phase {
 		case domain.PhaseDispatch:
 			b.Queue(`UPDATE jobs SET status = 'queued', attempts = $2, deferrals = $3, updated_at = $4, expires_at = $5, owner = $6
 				WHERE id = $1 AND status IN ('queued', 'in_flight')`,
-				string(o.id), p.Attempts, p.Deferrals, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)), s.opts.Owner).Exec(notFoundIfNone)
+				string(o.ID), p.Attempts, p.Deferrals, storekit.Millis(p.Now), storekit.Millis(p.Now.Add(domain.QueuedTTL)), s.opts.Owner).Exec(notFoundIfNone)
 		case domain.PhaseDeliver:
 			b.Queue(`UPDATE jobs SET delivery_attempts = $2, deferrals = $3, delivery_response = $4, delivery_reason = $5,
 				updated_at = $6, owner = $7 WHERE id = $1 AND delivery_status = 'pending'`,
-				string(o.id), p.Attempts, p.Deferrals, p.Response, text(p.Reason), ms(p.Now), s.opts.Owner).Exec(notFoundIfNone)
+				string(o.ID), p.Attempts, p.Deferrals, p.Response, text(p.Reason), storekit.Millis(p.Now), s.opts.Owner).Exec(notFoundIfNone)
 		default:
-			r.err = domain.ErrNotFound // no job is in that phase
+			r.Err = domain.ErrNotFound // no job is in that phase
 		}
-	case opFinish:
-		s.queueFinish(b, o.finish, r)
-	case opFinishDelivery:
-		p := o.delivery
+	case storekit.OpFinish:
+		s.queueFinish(b, o.Finish, r)
+	case storekit.OpFinishDelivery:
+		p := o.Delivery
 		status := domain.DeliveryDelivered
 		if !p.Delivered {
 			status = domain.DeliveryFailed
@@ -441,31 +359,31 @@ func (s *Store) queue(b *pgx.Batch, o *op, r *opResult) error {
 			delivery_reason = $5, updated_at = $6, ready_lane = '', owner = $9,
 			expires_at = $6 + CASE status WHEN 'completed' THEN $7::bigint ELSE $8::bigint END
 			WHERE id = $1 AND delivery_status = 'pending'`,
-			string(o.id), string(status), p.Attempts, p.Response, text(p.Reason), ms(p.Now),
+			string(o.ID), string(status), p.Attempts, p.Response, text(p.Reason), storekit.Millis(p.Now),
 			domain.CompletedTTL.Milliseconds(), domain.FailedTTL.Milliseconds(), s.opts.Owner).Exec(notFoundIfNone)
-	case opRecover:
+	case storekit.OpRecover:
 		b.Queue(`UPDATE jobs SET status = 'queued', updated_at = $2
 			WHERE `+mineOrDead("$1")+` AND ready_lane <> '' AND status = 'in_flight'`,
-			s.opts.Owner, ms(o.at)).Exec(func(ct pgconn.CommandTag) error {
-			r.n = ct.RowsAffected()
+			s.opts.Owner, storekit.Millis(o.At)).Exec(func(ct pgconn.CommandTag) error {
+			r.N = ct.RowsAffected()
 			return nil
 		})
-	case opRecoverLane:
-		b.Queue(sqlRecoverLane, string(o.upstream), ms(o.at)).Exec(func(ct pgconn.CommandTag) error {
-			r.n = ct.RowsAffected()
+	case storekit.OpRecoverLane:
+		b.Queue(sqlRecoverLane, string(o.Upstream), storekit.Millis(o.At)).Exec(func(ct pgconn.CommandTag) error {
+			r.N = ct.RowsAffected()
 			return nil
 		})
-	case opResetStale:
-		p := o.stale
-		ids := make([]string, len(o.jobs))
-		for i, j := range o.jobs {
+	case storekit.OpResetStale:
+		p := o.Stale
+		ids := make([]string, len(o.Jobs))
+		for i, j := range o.Jobs {
 			ids[i] = string(j.ID)
 		}
 		b.Queue(`UPDATE jobs SET status = 'queued', updated_at = $3, expires_at = $4
 			WHERE id = ANY ($2) AND `+mineOrDead("$1")+`
 			AND status = 'in_flight' AND dispatched_at < $5
 			RETURNING id`,
-			s.opts.Owner, ids, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)), ms(p.DispatchedBefore)).Query(func(rows pgx.Rows) error {
+			s.opts.Owner, ids, storekit.Millis(p.Now), storekit.Millis(p.Now.Add(domain.QueuedTTL)), storekit.Millis(p.DispatchedBefore)).Query(func(rows pgx.Rows) error {
 			reset := make(map[string]bool)
 			for rows.Next() {
 				var id string
@@ -477,27 +395,36 @@ func (s *Store) queue(b *pgx.Batch, o *op, r *opResult) error {
 			if err := rows.Err(); err != nil {
 				return err
 			}
-			for _, j := range o.jobs {
+			for _, j := range o.Jobs {
 				if reset[string(j.ID)] {
 					j.Status = domain.StatusQueued
 					j.UpdatedAt, j.ExpiresAt = p.Now, p.Now.Add(domain.QueuedTTL)
-					r.jobs = append(r.jobs, j)
+					r.Jobs = append(r.Jobs, j)
 				}
 			}
 			return nil
 		})
-	case opPurge:
+	case storekit.OpPurge:
 		// Rows another process is purging (or writing) right now are left
 		// to it rather than waited for.
 		b.Queue(`DELETE FROM jobs WHERE id IN (
-			SELECT id FROM jobs WHERE id = ANY ($1) AND expires_at <= $2 FOR UPDATE SKIP LOCKED)`, o.ids, ms(o.at)).Exec(func(ct pgconn.CommandTag) error {
-			r.n = ct.RowsAffected()
+			SELECT id FROM jobs WHERE id = ANY ($1) AND expires_at <= $2 FOR UPDATE SKIP LOCKED)`, idStrings(o.IDs), storekit.Millis(o.At)).Exec(func(ct pgconn.CommandTag) error {
+			r.N = ct.RowsAffected()
 			return nil
 		})
 	default:
-		return fmt.Errorf("unknown op %d", o.kind)
+		return fmt.Errorf("unknown op %d", o.Kind)
 	}
 	return nil
+}
+
+// idStrings is ids as the text[] parameter of a statement.
+func idStrings(ids []domain.JobID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
+	}
+	return out
 }
 
 // sqlFinish records the terminal status of a job that is not terminal yet
@@ -514,7 +441,7 @@ const sqlFinish = `WITH u AS (
 	RETURNING ready_seq)
 SELECT (SELECT ready_seq FROM u), EXISTS (SELECT 1 FROM jobs WHERE id = $1)`
 
-func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *opResult) {
+func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *storekit.Result) {
 	res := p.Result
 	if res == nil {
 		res = &domain.Result{}
@@ -529,7 +456,7 @@ func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *opResult) {
 	if len(res.Body) > 0 {
 		body = res.Body
 	}
-	b.Queue(sqlFinish, string(p.ID), string(p.Status), p.Attempts, ms(p.Now), ms(expiresAt), res.ResponseStatus,
+	b.Queue(sqlFinish, string(p.ID), string(p.Status), p.Attempts, storekit.Millis(p.Now), storekit.Millis(expiresAt), res.ResponseStatus,
 		body, res.BodyTruncated, text(res.ContentType), text(res.Reason), string(p.DeliverIn), delivery,
 		s.opts.Owner).QueryRow(func(row pgx.Row) error {
 		var readySeq *int64
@@ -539,9 +466,9 @@ func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *opResult) {
 		}
 		switch {
 		case readySeq != nil:
-			r.n = *readySeq
+			r.N = *readySeq
 		case !exists:
-			r.err = domain.ErrNotFound
+			r.Err = domain.ErrNotFound
 		}
 		return nil // already terminal: left alone, no second delivery
 	})
@@ -555,7 +482,7 @@ func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *opResult) {
 // and the assignment of a transaction id, whose commit PostgreSQL must
 // write to its WAL.
 func (s *Store) CheckWrites(ctx context.Context) error {
-	if s.health.Idle(time.Now(), s.opts.WriteProbeAfter) {
+	if s.w.Health.Idle(time.Now(), s.opts.WriteProbeAfter) {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -566,9 +493,9 @@ func (s *Store) CheckWrites(ctx context.Context) error {
 			return err
 		})
 		if err != nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return s.health.Err() // the caller went away: no verdict
+			return s.w.Health.Err() // the caller went away: no verdict
 		}
-		s.health.Record(err, time.Now())
+		s.w.Health.Record(err, time.Now())
 	}
-	return s.health.Err()
+	return s.w.Health.Err()
 }

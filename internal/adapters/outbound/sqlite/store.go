@@ -5,8 +5,10 @@
 // waiting at the moment it starts a transaction and commits them together:
 // group commit. With synchronous=FULL each commit is one fsync of the WAL, so
 // N concurrent inserts cost one fsync instead of N, and every caller still
-// returns only after its own row is durable. Reads use a separate pool of
-// read-only connections, which WAL lets run beside the writer.
+// returns only after its own row is durable (the operations, submitting them
+// and waiting are internal/storekit's, shared with the other durable
+// stores). Reads use a separate pool of read-only connections, which WAL
+// lets run beside the writer.
 //
 // Each job is one row for its whole lifecycle (request, result, webhook
 // delivery); see schema.sql.
@@ -21,16 +23,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 //go:embed schema.sql
@@ -82,16 +82,8 @@ func (o Options) withDefaults() Options {
 	if o.Sync == "" {
 		o.Sync = SyncFull
 	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = 1024
-	}
 	if o.ReadConns <= 0 {
 		o.ReadConns = 4
-	}
-	if o.GatherYields == 0 {
-		o.GatherYields = 2
-	} else if o.GatherYields < 0 {
-		o.GatherYields = 0
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
@@ -115,15 +107,8 @@ type Store struct {
 	// goroutine touches it.
 	seq int64
 
-	ops       chan *op
-	closeOnce sync.Once
-	closing   chan struct{}
-	done      chan struct{}
-	mu        sync.RWMutex // guards closed against sends after Close
-	closed    bool
-
-	commits, committedOps atomic.Int64
-	health                groupcommit.Health // the writer's commits, for CheckWrites
+	w                  *storekit.Writer // the single writer; its commit is Store.commit
+	storekit.JobWrites                  // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
 }
 
 // Stats are cumulative writer counters.
@@ -134,7 +119,8 @@ type Stats struct {
 
 // Stats returns the writer counters: Ops/Commits is the mean group size.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.commits.Load(), Ops: s.committedOps.Load()}
+	commits, ops := s.w.Stats()
+	return Stats{Commits: commits, Ops: ops}
 }
 
 var _ ports.JobStore = (*Store)(nil)
@@ -156,14 +142,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
-	s := &Store{
-		opts:    opts,
-		log:     opts.Logger,
-		wdb:     wdb,
-		ops:     make(chan *op, 4*opts.MaxBatch),
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
-	}
+	s := &Store{opts: opts, log: opts.Logger, wdb: wdb}
 	if err := s.migrate(ctx); err != nil {
 		wdb.Close()
 		return nil, err
@@ -183,7 +162,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.rdb.Close()
 		return nil, err
 	}
-	go s.writer()
+	s.w = storekit.Start(storekit.Config{MaxBatch: opts.MaxBatch, GatherYields: opts.GatherYields}, s.commit)
+	s.JobWrites = s.w.JobWrites()
 	return s, nil
 }
 
@@ -259,86 +239,18 @@ func (s *Store) Path() string { return s.opts.Path }
 
 // Close commits pending operations, stops the writer and closes the database.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		close(s.closing)
-		<-s.done
-	})
+	s.w.Close()
 	// Closing twice is harmless for database/sql.
 	return errors.Join(s.wdb.Close(), s.rdb.Close())
-}
-
-// submit hands an operation to the writer. When o.done is set it waits for the
-// result; once submitted, the wait ignores ctx, so a caller that goes away
-// cannot be told "failed" about a write that in fact committed.
-func (s *Store) submit(ctx context.Context, o *op) opResult {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return opResult{err: domain.ErrClosed}
-	}
-	select {
-	case s.ops <- o:
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return opResult{err: ctx.Err()}
-	}
-	s.mu.RUnlock()
-	if o.done == nil {
-		return opResult{}
-	}
-	return <-o.done
-}
-
-func wait() chan opResult { return make(chan opResult, 1) }
-
-// Insert implements ports.JobStore.
-func (s *Store) Insert(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
-	r := s.submit(ctx, &op{kind: opInsert, job: job, done: wait()})
-	return r.job, r.fresh, r.err
-}
-
-// Delete implements ports.JobStore.
-func (s *Store) Delete(ctx context.Context, id domain.JobID) error {
-	return s.submit(ctx, &op{kind: opDelete, id: id, done: wait()}).err
-}
-
-// MarkInFlight implements ports.JobStore. It does not wait for the commit.
-func (s *Store) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) error {
-	return s.submit(ctx, &op{kind: opMarkInFlight, id: p.ID, seq: p.Seq, at: p.At}).err
-}
-
-// Requeue implements ports.JobStore.
-func (s *Store) Requeue(ctx context.Context, p *ports.RequeueParams) error {
-	return s.submit(ctx, &op{kind: opRequeue, id: p.ID, seq: p.Seq, at: p.Now, requeue: p, done: wait()}).err
-}
-
-// Finish implements ports.JobStore.
-func (s *Store) Finish(ctx context.Context, p *ports.FinishParams) (int64, error) {
-	r := s.submit(ctx, &op{kind: opFinish, id: p.ID, seq: p.Seq, at: p.Now, finish: p, done: wait()})
-	return r.n, r.err
-}
-
-// FinishDelivery implements ports.JobStore.
-func (s *Store) FinishDelivery(ctx context.Context, p *ports.FinishDeliveryParams) error {
-	return s.submit(ctx, &op{kind: opFinishDelivery, id: p.ID, seq: p.Seq, at: p.Now, delivery: p, done: wait()}).err
-}
-
-// RecoverInFlight implements ports.JobStore.
-func (s *Store) RecoverInFlight(ctx context.Context) (int, error) {
-	r := s.submit(ctx, &op{kind: opRecover, at: time.Now(), done: wait()})
-	return int(r.n), r.err
 }
 
 // ResetStale implements ports.JobStore. Candidates are found on a read
 // connection; the writer then resets each one only if it is still in flight
 // since before the cut-off.
 func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT "+jobColumns+
+	rows, err := s.rdb.QueryContext(ctx, "SELECT "+storekit.JobColumns+
 		" FROM jobs WHERE ready_lane != '' AND status = 'in_flight' AND dispatched_at < ? ORDER BY ready_seq",
-		ms(p.DispatchedBefore))
+		storekit.Millis(p.DispatchedBefore))
 	if err != nil {
 		return nil, fmt.Errorf("find stale jobs: %w", err)
 	}
@@ -346,44 +258,38 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 	if err != nil {
 		return nil, err
 	}
-	var keep []*domain.Job
-	for _, j := range candidates {
-		if !p.Exclude[j.ID] {
-			keep = append(keep, j)
-		}
-	}
-	if len(keep) == 0 {
-		return nil, nil
-	}
-	r := s.submit(ctx, &op{kind: opResetStale, jobs: keep, stale: p, at: p.Now, done: wait()})
-	return r.jobs, r.err
+	return s.w.ResetStale(ctx, candidates, p)
 }
 
 // Purge implements ports.JobStore. Expired rows are found by a scan on a read
 // connection and deleted by the writer, which re-checks the expiry.
 func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT seq FROM jobs WHERE expires_at <= ? LIMIT ?", ms(p.Now), p.Limit)
+	seqs, err := s.seqs(ctx, "find expired jobs", "SELECT seq FROM jobs WHERE expires_at <= ? LIMIT ?", storekit.Millis(p.Now), p.Limit)
 	if err != nil {
-		return 0, fmt.Errorf("find expired jobs: %w", err)
+		return 0, err
 	}
+	return s.w.Sweep(ctx, &storekit.Op{Kind: storekit.OpPurge, Found: storekit.Found{Seqs: seqs}, At: p.Now})
+}
+
+// seqs reads the seq column of a query's rows, on a read connection.
+func (s *Store) seqs(ctx context.Context, what, query string, args ...any) ([]int64, error) {
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
 	var seqs []int64
 	for rows.Next() {
 		var seq int64
 		if err := rows.Scan(&seq); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("find expired jobs: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		seqs = append(seqs, seq)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("find expired jobs: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if len(seqs) == 0 {
-		return 0, nil
-	}
-	r := s.submit(ctx, &op{kind: opPurge, seqs: seqs, at: p.Now, done: wait()})
-	return int(r.n), r.err
+	return seqs, nil
 }
 
 var (
@@ -397,7 +303,7 @@ func (s *Store) CountUnfinished(ctx context.Context, prefix string) (int64, erro
 	var n int64
 	err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE user_id >= ? AND user_id < ?
 		AND status IN ('queued', 'in_flight') AND (expires_at = 0 OR expires_at > ?)`,
-		prefix, prefixEnd(prefix), ms(time.Now())).Scan(&n)
+		prefix, prefixEnd(prefix), storekit.Millis(time.Now())).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count a tenant's jobs: %w", err)
 	}
@@ -424,7 +330,7 @@ func (s *Store) Ledger(ctx context.Context, p *ports.LedgerParams) ([]ports.Ledg
 		return nil, err
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT seq, id, user_id, idempotent_key, status FROM jobs
-		WHERE seq > ? AND (expires_at = 0 OR expires_at > ?) ORDER BY seq LIMIT ?`, after, ms(p.Now), p.Limit)
+		WHERE seq > ? AND (expires_at = 0 OR expires_at > ?) ORDER BY seq LIMIT ?`, after, storekit.Millis(p.Now), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("read ledger: %w", err)
 	}
@@ -461,34 +367,17 @@ func seqCursor(c string) (int64, error) {
 // read connection; the writer deletes them re-checking that each is still
 // finished.
 func (s *Store) DeleteFinished(ctx context.Context, throughSeq int64, limit int) (int, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT seq FROM jobs WHERE seq <= ? AND status IN ('completed', 'failed')
+	seqs, err := s.seqs(ctx, "find finished jobs", `SELECT seq FROM jobs WHERE seq <= ? AND status IN ('completed', 'failed')
 		AND ready_lane = '' LIMIT ?`, throughSeq, limit)
 	if err != nil {
-		return 0, fmt.Errorf("find finished jobs: %w", err)
+		return 0, err
 	}
-	var seqs []int64
-	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("find finished jobs: %w", err)
-		}
-		seqs = append(seqs, seq)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("find finished jobs: %w", err)
-	}
-	if len(seqs) == 0 {
-		return 0, nil
-	}
-	r := s.submit(ctx, &op{kind: opDeleteFinished, seqs: seqs, done: wait()})
-	return int(r.n), r.err
+	return s.w.Sweep(ctx, &storekit.Op{Kind: storekit.OpDeleteFinished, Found: storekit.Found{Seqs: seqs}, Seq: throughSeq})
 }
 
 // Get implements ports.JobStore.
 func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
-	j, err := scanJob(s.reads.get.QueryRowContext(ctx, string(id)))
+	j, err := storekit.ScanJob(s.reads.get.QueryRowContext(ctx, string(id)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, domain.ErrNotFound
 	}
@@ -503,7 +392,7 @@ func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
 
 // Lookup implements ports.JobStore.
 func (s *Store) Lookup(ctx context.Context, userID, idempotentKey string) (*domain.Job, error) {
-	j, err := scanJob(s.reads.lookup.QueryRowContext(ctx, userID, idempotentKey))
+	j, err := storekit.ScanJob(s.reads.lookup.QueryRowContext(ctx, userID, idempotentKey))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, domain.ErrNotFound
 	}
@@ -519,7 +408,7 @@ func (s *Store) Lookup(ctx context.Context, userID, idempotentKey string) (*doma
 // Position implements ports.JobStore.
 func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int64) (int, error) {
 	var n int
-	if err := s.reads.position.QueryRowContext(ctx, string(lane), readySeq, ms(time.Now())).Scan(&n); err != nil {
+	if err := s.reads.position.QueryRowContext(ctx, string(lane), readySeq, storekit.Millis(time.Now())).Scan(&n); err != nil {
 		return 0, fmt.Errorf("job position: %w", err)
 	}
 	return n, nil
@@ -527,7 +416,7 @@ func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int
 
 // ListReady implements ports.JobStore.
 func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
-	rows, err := s.reads.listReady.QueryContext(ctx, string(p.Queue), p.AfterSeq, ms(p.Now), p.Limit)
+	rows, err := s.reads.listReady.QueryContext(ctx, string(p.Queue), p.AfterSeq, storekit.Millis(p.Now), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list ready jobs: %w", err)
 	}
@@ -557,7 +446,7 @@ func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
 	var c ports.Counts
 	err := s.rdb.QueryRowContext(ctx, `SELECT
 		coalesce(sum(status = 'queued'), 0), coalesce(sum(status = 'in_flight'), 0), coalesce(sum(delivery_status = 'pending'), 0)
-		FROM jobs WHERE ready_lane != '' AND expires_at > ?`, ms(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
+		FROM jobs WHERE ready_lane != '' AND expires_at > ?`, storekit.Millis(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
 	if err != nil {
 		return c, fmt.Errorf("count jobs: %w", err)
 	}
@@ -570,10 +459,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.rdb.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
 		return fmt.Errorf("ping sqlite: %w", err)
 	}
-	s.mu.RLock()
-	closed := s.closed
-	s.mu.RUnlock()
-	if closed {
+	if s.w.Closed() {
 		return domain.ErrClosed
 	}
 	return nil
@@ -603,17 +489,17 @@ type readStmts struct {
 
 func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 	var err error
-	if r.get, err = db.PrepareContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id = ?"); err != nil {
+	if r.get, err = db.PrepareContext(ctx, "SELECT "+storekit.JobColumns+" FROM jobs WHERE id = ?"); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
-	if r.lookup, err = db.PrepareContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE user_id = ? AND idempotent_key = ?"); err != nil {
+	if r.lookup, err = db.PrepareContext(ctx, "SELECT "+storekit.JobColumns+" FROM jobs WHERE user_id = ? AND idempotent_key = ?"); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
 	if r.position, err = db.PrepareContext(ctx, `SELECT count(*) FROM jobs
 		WHERE ready_lane = ? AND ready_seq < ? AND status != 'in_flight' AND expires_at > ?`); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
-	r.listReady, err = db.PrepareContext(ctx, "SELECT "+jobColumns+
+	r.listReady, err = db.PrepareContext(ctx, "SELECT "+storekit.JobColumns+
 		" FROM jobs WHERE ready_lane = ? AND ready_seq > ? AND status != 'in_flight' AND expires_at > ? ORDER BY ready_seq LIMIT ?")
 	if err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)

@@ -10,49 +10,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/groupcommit"
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
-
-type opKind int
-
-const (
-	opInsert opKind = iota
-	opDelete
-	opMarkInFlight
-	opRequeue
-	opFinish
-	opFinishDelivery
-	opRecover
-	opResetStale
-	opPurge
-	opDeleteFinished
-	opProbe // a small write to see whether commits succeed (CheckWrites)
-)
-
-// op is one write waiting for the writer. done is nil for fire-and-forget ops.
-type op struct {
-	kind     opKind
-	job      *domain.Job
-	id       domain.JobID
-	seq      int64 // the job's row, when the caller knows it
-	at       time.Time
-	seqs     []int64
-	jobs     []*domain.Job
-	requeue  *ports.RequeueParams
-	finish   *ports.FinishParams
-	delivery *ports.FinishDeliveryParams
-	stale    *ports.ResetStaleParams
-	done     chan opResult
-}
-
-type opResult struct {
-	job   *domain.Job
-	fresh bool
-	n     int64
-	jobs  []*domain.Job
-	err   error
-}
 
 // Update statements come in two forms: by id (an index lookup), and by seq
 // (the rowid, found directly) with the id re-checked.
@@ -94,7 +54,7 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		webhook_url, lane, status, attempts, created_at, updated_at, expires_at, ready_lane, ready_seq)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (user_id, idempotent_key) DO NOTHING`)
-	w.selectByKey = p("SELECT " + jobColumns + " FROM jobs WHERE user_id = ? AND idempotent_key = ?")
+	w.selectByKey = p("SELECT " + storekit.JobColumns + " FROM jobs WHERE user_id = ? AND idempotent_key = ?")
 	w.deleteBySeq = p("DELETE FROM jobs WHERE seq = ?")
 	w.deleteByID = p("DELETE FROM jobs WHERE id = ?")
 	w.statusOf = p("SELECT status FROM jobs WHERE id = ?")
@@ -122,29 +82,22 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// writer is the single goroutine that owns the write connection: it commits
-// the ops waiting, up to MaxBatch at a time, in one transaction each (one
-// fsync per group; see internal/groupcommit).
-func (s *Store) writer() {
-	defer close(s.done)
-	groupcommit.Run(s.ops, s.closing, groupcommit.Options{MaxBatch: s.opts.MaxBatch, GatherYields: s.opts.GatherYields},
-		s.commit)
-}
-
-// commit runs batch in one transaction. An SQL error in any op aborts the whole
-// transaction (SQLite may already have rolled it back) and every op in the
-// batch fails: no caller is told a write succeeded unless the commit did.
-func (s *Store) commit(batch []*op) {
+// commit runs group in one transaction, on the writer goroutine (see
+// internal/groupcommit): one fsync per group. An SQL error in any op aborts
+// the whole transaction (SQLite may already have rolled it back) and every
+// op in the group fails: no caller is told a write succeeded unless the
+// commit did.
+func (s *Store) commit(group []*storekit.Op) {
 	ctx := context.Background()
-	results := make([]opResult, len(batch))
-	superseded := supersededMarks(batch)
+	results := make([]storekit.Result, len(group))
+	superseded := storekit.Superseded(group)
 	seqBefore := s.seq
 	err := func() error {
 		tx, err := s.wdb.BeginTx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
-		for i, o := range batch {
+		for i, o := range group {
 			if superseded[i] {
 				continue
 			}
@@ -158,161 +111,126 @@ func (s *Store) commit(batch []*op) {
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("commit: %w", err)
 		}
-		s.commits.Add(1)
-		s.committedOps.Add(int64(len(batch)))
+		s.w.Committed(len(group))
 		return nil
 	}()
-	s.health.Record(err, time.Now())
+	s.w.Health.Record(err, time.Now())
 	if err != nil {
-		s.seq = seqBefore // nothing of the batch exists
-		s.log.Error("sqlite batch failed", zap.Int("ops", len(batch)), zap.Error(err))
+		s.seq = seqBefore // nothing of the group exists
+		s.log.Error("sqlite batch failed", zap.Int("ops", len(group)), zap.Error(err))
 		err = domain.Unavailable("job store write failed", err)
 	}
-	for i, o := range batch {
-		if o.done == nil {
-			continue
-		}
-		if err != nil {
-			o.done <- opResult{err: err}
-		} else {
-			o.done <- results[i]
-		}
-	}
-}
-
-// supersededMarks finds MarkInFlight ops whose job is finished later in the
-// same batch: the in-flight state would never be visible, so writing it is
-// wasted work.
-func supersededMarks(batch []*op) map[int]bool {
-	var marks map[domain.JobID]int
-	var out map[int]bool
-	for i, o := range batch {
-		switch o.kind {
-		case opMarkInFlight:
-			if marks == nil {
-				marks = make(map[domain.JobID]int)
-			}
-			marks[o.id] = i
-		case opFinish:
-			if j, ok := marks[o.id]; ok {
-				if out == nil {
-					out = make(map[int]bool)
-				}
-				out[j] = true
-			}
-		}
-	}
-	return out
+	storekit.Answer(group, results, err)
 }
 
 // notFound turns "no row changed" into ErrNotFound for the caller.
-func notFound(n int64, err error) (opResult, error) {
+func notFound(n int64, err error) (storekit.Result, error) {
 	if err != nil {
-		return opResult{}, err
+		return storekit.Result{}, err
 	}
 	if n == 0 {
-		return opResult{err: domain.ErrNotFound}, nil
+		return storekit.Result{Err: domain.ErrNotFound}, nil
 	}
-	return opResult{}, nil
+	return storekit.Result{}, nil
 }
 
 // apply runs one op inside tx. Outcomes that belong to the caller (not found)
 // are returned in the result; only SQL failures are returned as error.
-func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *op) (opResult, error) {
-	switch o.kind {
-	case opInsert:
-		j, fresh, err := s.insert(ctx, tx, o.job)
-		return opResult{job: j, fresh: fresh}, err
-	case opDelete:
-		res, err := tx.StmtContext(ctx, s.stmts.deleteByID).ExecContext(ctx, string(o.id))
+func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit.Result, error) {
+	switch o.Kind {
+	case storekit.OpInsert:
+		j, fresh, err := s.insert(ctx, tx, o.Job)
+		return storekit.Result{Job: j, Fresh: fresh}, err
+	case storekit.OpDelete:
+		res, err := tx.StmtContext(ctx, s.stmts.deleteByID).ExecContext(ctx, string(o.ID))
 		if err != nil {
-			return opResult{}, fmt.Errorf("delete job: %w", err)
+			return storekit.Result{}, fmt.Errorf("delete job: %w", err)
 		}
 		n, _ := res.RowsAffected()
 		return notFound(n, nil)
-	case opMarkInFlight:
-		_, err := s.stmts.markInFlight.exec(ctx, tx, o.seq, o.id, ms(o.at), ms(o.at))
+	case storekit.OpMarkInFlight:
+		_, err := s.stmts.markInFlight.exec(ctx, tx, o.Seq, o.ID, storekit.Millis(o.At), storekit.Millis(o.At))
 		if err != nil {
-			return opResult{}, fmt.Errorf("mark in flight: %w", err)
+			return storekit.Result{}, fmt.Errorf("mark in flight: %w", err)
 		}
-		return opResult{}, nil
-	case opRequeue:
-		p := o.requeue
+		return storekit.Result{}, nil
+	case storekit.OpRequeue:
+		p := o.Requeue
 		var n int64
 		var err error
 		switch p.Phase {
 		case domain.PhaseDeliver:
-			n, err = s.stmts.requeueDelivery.exec(ctx, tx, o.seq, o.id, p.Attempts, p.Deferrals, p.Response, p.Reason, ms(p.Now))
+			n, err = s.stmts.requeueDelivery.exec(ctx, tx, o.Seq, o.ID, p.Attempts, p.Deferrals, p.Response, p.Reason, storekit.Millis(p.Now))
 		case domain.PhaseDispatch:
-			n, err = s.stmts.requeue.exec(ctx, tx, o.seq, o.id, p.Attempts, p.Deferrals, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)))
+			n, err = s.stmts.requeue.exec(ctx, tx, o.Seq, o.ID, p.Attempts, p.Deferrals, storekit.Millis(p.Now), storekit.Millis(p.Now.Add(domain.QueuedTTL)))
 		}
 		if err != nil {
-			return opResult{}, fmt.Errorf("requeue job: %w", err)
+			return storekit.Result{}, fmt.Errorf("requeue job: %w", err)
 		}
 		return notFound(n, nil)
-	case opFinish:
-		return s.applyFinish(ctx, tx, o.finish)
-	case opFinishDelivery:
-		p := o.delivery
+	case storekit.OpFinish:
+		return s.applyFinish(ctx, tx, o.Finish)
+	case storekit.OpFinishDelivery:
+		p := o.Delivery
 		status := domain.DeliveryDelivered
 		if !p.Delivered {
 			status = domain.DeliveryFailed
 		}
-		n, err := s.stmts.finishDelivery.exec(ctx, tx, o.seq, o.id, string(status), p.Attempts, p.Response, p.Reason,
-			ms(p.Now), ms(p.Now), domain.CompletedTTL.Milliseconds(), domain.FailedTTL.Milliseconds())
+		n, err := s.stmts.finishDelivery.exec(ctx, tx, o.Seq, o.ID, string(status), p.Attempts, p.Response, p.Reason,
+			storekit.Millis(p.Now), storekit.Millis(p.Now), domain.CompletedTTL.Milliseconds(), domain.FailedTTL.Milliseconds())
 		if err != nil {
-			return opResult{}, fmt.Errorf("finish delivery: %w", err)
+			return storekit.Result{}, fmt.Errorf("finish delivery: %w", err)
 		}
 		return notFound(n, nil)
-	case opRecover:
-		res, err := tx.ExecContext(ctx, "UPDATE jobs SET status = 'queued', updated_at = ? WHERE ready_lane != '' AND status = 'in_flight'", ms(o.at))
+	case storekit.OpRecover:
+		res, err := tx.ExecContext(ctx, "UPDATE jobs SET status = 'queued', updated_at = ? WHERE ready_lane != '' AND status = 'in_flight'", storekit.Millis(o.At))
 		if err != nil {
-			return opResult{}, fmt.Errorf("recover in-flight jobs: %w", err)
+			return storekit.Result{}, fmt.Errorf("recover in-flight jobs: %w", err)
 		}
 		n, _ := res.RowsAffected()
-		return opResult{n: n}, nil
-	case opResetStale:
-		return s.resetStale(ctx, tx, o.jobs, o.stale)
-	case opPurge:
+		return storekit.Result{N: n}, nil
+	case storekit.OpResetStale:
+		return s.resetStale(ctx, tx, o.Jobs, o.Stale)
+	case storekit.OpPurge:
 		var n int64
 		st := tx.StmtContext(ctx, s.stmts.purge)
-		for _, seq := range o.seqs {
-			res, err := st.ExecContext(ctx, seq, ms(o.at))
+		for _, seq := range o.Seqs {
+			res, err := st.ExecContext(ctx, seq, storekit.Millis(o.At))
 			if err != nil {
-				return opResult{}, fmt.Errorf("purge expired jobs: %w", err)
+				return storekit.Result{}, fmt.Errorf("purge expired jobs: %w", err)
 			}
 			k, _ := res.RowsAffected()
 			n += k
 		}
-		return opResult{n: n}, nil
-	case opProbe:
+		return storekit.Result{N: n}, nil
+	case storekit.OpProbe:
 		// Rewriting the schema version dirties the database header: the
 		// commit writes a WAL frame and syncs it, as a real write would.
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
-			return opResult{}, fmt.Errorf("write probe: %w", err)
+			return storekit.Result{}, fmt.Errorf("write probe: %w", err)
 		}
-		return opResult{}, nil
-	case opDeleteFinished:
+		return storekit.Result{}, nil
+	case storekit.OpDeleteFinished:
 		var n int64
 		st := tx.StmtContext(ctx, s.stmts.deleteFinished)
-		for _, seq := range o.seqs {
+		for _, seq := range o.Seqs {
 			res, err := st.ExecContext(ctx, seq)
 			if err != nil {
-				return opResult{}, fmt.Errorf("delete finished jobs: %w", err)
+				return storekit.Result{}, fmt.Errorf("delete finished jobs: %w", err)
 			}
 			k, _ := res.RowsAffected()
 			n += k
 		}
-		return opResult{n: n}, nil
+		return storekit.Result{N: n}, nil
 	}
-	return opResult{}, fmt.Errorf("unknown op %d", o.kind)
+	return storekit.Result{}, fmt.Errorf("unknown op %d", o.Kind)
 }
 
 // insert is the atomic insert-if-absent. The unique index decides; when it
 // reports a conflict the existing row is returned, unless it has expired, in
 // which case it is replaced (an expired row must not block its key).
 func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.Job, bool, error) {
-	headers, err := encodeHeaders(j.Headers)
+	headers, err := storekit.EncodeHeaders(j.Headers)
 	if err != nil {
 		return nil, false, err
 	}
@@ -320,8 +238,8 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 		seq := s.seq + 1
 		res, err := tx.StmtContext(ctx, s.stmts.insert).ExecContext(ctx,
 			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, headers, nullBytes(j.Body),
-			j.WebhookURL, string(j.Queue), string(j.Status), j.Attempts, ms(j.CreatedAt), ms(j.UpdatedAt),
-			ms(j.ExpiresAt), string(j.ReadyQueue), seq)
+			j.WebhookURL, string(j.Queue), string(j.Status), j.Attempts, storekit.Millis(j.CreatedAt), storekit.Millis(j.UpdatedAt),
+			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), seq)
 		if err != nil {
 			return nil, false, fmt.Errorf("insert job: %w", err)
 		}
@@ -331,7 +249,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 			stored.Seq, stored.ReadySeq = seq, seq
 			return &stored, true, nil
 		}
-		existing, err := scanJob(tx.StmtContext(ctx, s.stmts.selectByKey).QueryRowContext(ctx, j.UserID, j.IdempotentKey))
+		existing, err := storekit.ScanJob(tx.StmtContext(ctx, s.stmts.selectByKey).QueryRowContext(ctx, j.UserID, j.IdempotentKey))
 		if err != nil {
 			return nil, false, fmt.Errorf("read existing job: %w", err)
 		}
@@ -348,7 +266,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 // applyFinish records the terminal status and, for a job with a webhook,
 // makes its delivery due in p.DeliverIn with a fresh ready_seq. A job that is
 // already terminal is left alone (no second delivery).
-func (s *Store) applyFinish(ctx context.Context, tx *sql.Tx, p *ports.FinishParams) (opResult, error) {
+func (s *Store) applyFinish(ctx context.Context, tx *sql.Tx, p *ports.FinishParams) (storekit.Result, error) {
 	r := p.Result
 	if r == nil {
 		r = &domain.Result{}
@@ -364,39 +282,39 @@ func (s *Store) applyFinish(ctx context.Context, tx *sql.Tx, p *ports.FinishPara
 		expiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL)) // time to deliver
 	}
 	n, err := s.stmts.finish.exec(ctx, tx, p.Seq, p.ID,
-		string(p.Status), p.Attempts, ms(p.Now), ms(expiresAt), r.ResponseStatus, nullBytes(r.Body),
+		string(p.Status), p.Attempts, storekit.Millis(p.Now), storekit.Millis(expiresAt), r.ResponseStatus, nullBytes(r.Body),
 		boolInt(r.BodyTruncated), r.ContentType, r.Reason, string(p.DeliverIn), readySeq, delivery)
 	if err != nil {
-		return opResult{}, fmt.Errorf("finish job: %w", err)
+		return storekit.Result{}, fmt.Errorf("finish job: %w", err)
 	}
 	if n == 1 {
 		s.seq = max(s.seq, readySeq)
-		return opResult{n: readySeq}, nil
+		return storekit.Result{N: readySeq}, nil
 	}
 	var status string
 	switch err := tx.StmtContext(ctx, s.stmts.statusOf).QueryRowContext(ctx, string(p.ID)).Scan(&status); {
 	case errors.Is(err, sql.ErrNoRows):
-		return opResult{err: domain.ErrNotFound}, nil
+		return storekit.Result{Err: domain.ErrNotFound}, nil
 	case err != nil:
-		return opResult{}, fmt.Errorf("finish job: %w", err)
+		return storekit.Result{}, fmt.Errorf("finish job: %w", err)
 	}
-	return opResult{}, nil // already terminal
+	return storekit.Result{}, nil // already terminal
 }
 
-func (s *Store) resetStale(ctx context.Context, tx *sql.Tx, candidates []*domain.Job, p *ports.ResetStaleParams) (opResult, error) {
+func (s *Store) resetStale(ctx context.Context, tx *sql.Tx, candidates []*domain.Job, p *ports.ResetStaleParams) (storekit.Result, error) {
 	var reset []*domain.Job
 	st := tx.StmtContext(ctx, s.stmts.resetStale)
 	for _, j := range candidates {
-		res, err := st.ExecContext(ctx, ms(p.Now), ms(p.Now.Add(domain.QueuedTTL)), string(j.ID), ms(p.DispatchedBefore))
+		res, err := st.ExecContext(ctx, storekit.Millis(p.Now), storekit.Millis(p.Now.Add(domain.QueuedTTL)), string(j.ID), storekit.Millis(p.DispatchedBefore))
 		if err != nil {
-			return opResult{}, fmt.Errorf("reset stale job: %w", err)
+			return storekit.Result{}, fmt.Errorf("reset stale job: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			j.Status = domain.StatusQueued
 			reset = append(reset, j)
 		}
 	}
-	return opResult{jobs: reset}, nil
+	return storekit.Result{Jobs: reset}, nil
 }
 
 // CheckWrites implements ports.WriteChecker: nil while commits succeed, the
@@ -405,10 +323,5 @@ func (s *Store) resetStale(ctx context.Context, tx *sql.Tx, candidates []*domain
 // reopening after a failed commit (a full disk fails the transaction, which
 // is rolled back); the next commit that finds room succeeds.
 func (s *Store) CheckWrites(ctx context.Context) error {
-	if s.health.Idle(time.Now(), s.opts.WriteProbeAfter) {
-		if r := s.submit(ctx, &op{kind: opProbe, done: wait()}); errors.Is(r.err, domain.ErrClosed) {
-			return r.err
-		}
-	}
-	return s.health.Err()
+	return s.w.CheckWrites(ctx, s.opts.WriteProbeAfter)
 }

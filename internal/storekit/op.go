@@ -1,0 +1,127 @@
+// Package storekit is what the durable job stores (sqlite, pebble, postgres)
+// share around their single writer: the vocabulary of write operations, the
+// op and result types, submitting an op to the writer and waiting for its
+// result, the rule that skips superseded marks, the JobStore methods that
+// only build an op and submit it (JobWrites), and the job row of the SQL
+// stores. The gathering loop itself is internal/groupcommit.
+//
+// What a store keeps for itself is what truly differs between engines: how
+// it applies a group of ops (one SQL transaction, one Pebble batch, one
+// pipelined pgx batch), its reads, and its schema.
+package storekit
+
+import (
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// Kind is what an op does.
+type Kind int
+
+const (
+	OpInsert         Kind = iota // insert-if-absent of Job on its idempotency key
+	OpDelete                     // delete job ID
+	OpMarkInFlight               // job ID is in flight since At (not waited for)
+	OpRequeue                    // Requeue
+	OpFinish                     // Finish
+	OpFinishDelivery             // Delivery
+	OpRecover                    // every in-flight job back to queued (RecoverInFlight), at At
+	OpResetStale                 // the stale in-flight Jobs back to queued (Stale)
+	OpRecoverLane                // a dead process's in-flight jobs of Upstream back to queued, at At (postgres)
+	OpPurge                      // delete the expired jobs found, if still expired at At
+	OpDeleteFinished             // delete the finished jobs found, if still finished with Seq at most Seq
+	OpProbe                      // a small write to see whether commits succeed (CheckWrites)
+)
+
+// Op is one write waiting for the writer.
+type Op struct {
+	Kind Kind
+	Job  *domain.Job  // OpInsert
+	ID   domain.JobID // the job of an op on one job
+	// Seq is the job's Seq when the caller knows it (0 if not), for engines
+	// that find a row faster by it; for OpDeleteFinished, the highest Seq
+	// to delete.
+	Seq      int64
+	At       time.Time
+	Requeue  *ports.RequeueParams
+	Finish   *ports.FinishParams
+	Delivery *ports.FinishDeliveryParams
+	Stale    *ports.ResetStaleParams
+	Upstream domain.UpstreamKey // OpRecoverLane
+	Found                       // OpResetStale, OpPurge, OpDeleteFinished: what a read found
+
+	done chan Result // nil: nobody waits for the result (Send)
+}
+
+// Found names the jobs a read found for an op to act on. Each engine names
+// them in its own way; the writer re-checks every one, since the read did
+// not hold it.
+type Found struct {
+	Jobs []*domain.Job  // whole jobs (OpResetStale)
+	IDs  []domain.JobID // job ids
+	Seqs []int64        // SQLite row ids
+	Keys [][]byte       // Pebble expiry-index keys
+}
+
+func (f *Found) empty() bool {
+	return len(f.Jobs) == 0 && len(f.IDs) == 0 && len(f.Seqs) == 0 && len(f.Keys) == 0
+}
+
+// Result is what an op's caller is told.
+type Result struct {
+	Job   *domain.Job // OpInsert: the job stored, or the live one holding its key
+	Fresh bool        // OpInsert: Job was inserted by this op
+	N     int64       // how many jobs changed; OpFinish: the ready_seq of a delivery made due
+	Jobs  []*domain.Job
+	Err   error
+}
+
+// Await makes o an op whose result is awaited, for code that commits a
+// group itself rather than through Submit (tests); Result then returns it
+// once Answer has run.
+func (o *Op) Await() { o.done = make(chan Result, 1) }
+
+// Result waits for the result of an op made with Await.
+func (o *Op) Result() Result { return <-o.done }
+
+// Answer tells each caller waiting in group its result: err for every op if
+// the group failed, otherwise its own.
+func Answer(group []*Op, results []Result, err error) {
+	for i, o := range group {
+		if o.done == nil {
+			continue
+		}
+		if err != nil {
+			o.done <- Result{Err: err}
+		} else {
+			o.done <- results[i]
+		}
+	}
+}
+
+// Superseded finds the OpMarkInFlight ops of group whose job is finished
+// later in the same group: the in-flight state would never be visible, so
+// writing it is wasted work. An engine skips them; their result is empty.
+func Superseded(group []*Op) map[int]bool {
+	var marks map[domain.JobID]int
+	var out map[int]bool
+	for i, o := range group {
+		switch o.Kind {
+		case OpMarkInFlight:
+			if marks == nil {
+				marks = make(map[domain.JobID]int)
+			}
+			marks[o.ID] = i
+		case OpFinish:
+			if j, ok := marks[o.ID]; ok {
+				if out == nil {
+					out = make(map[int]bool)
+				}
+				out[j] = true
+			}
+		}
+	}
+	return out
+}
