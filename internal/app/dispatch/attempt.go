@@ -489,7 +489,7 @@ func (d *Dispatcher) markInFlightLater(j *domain.Job, at time.Time) (stop func()
 		mark()
 		return func() {}
 	}
-	t := time.AfterFunc(d.cfg.PersistInFlightAfter, mark)
+	t := d.cfg.Clock.AfterFunc(d.cfg.PersistInFlightAfter, mark)
 	return func() { t.Stop() }
 }
 

@@ -89,7 +89,7 @@ func New(cfg Config, deps Deps) *Dispatcher {
 		lanes:     make(map[domain.UpstreamKey]*lane),
 		executing: make(map[domain.JobID]execInfo),
 		canceled:  make(map[domain.JobID]time.Time),
-		workers:   newWorkers(30 * time.Second),
+		workers:   newWorkers(cfg.Clock, 30*time.Second),
 	}
 	if d.owner == nil {
 		d.owner = SingleProcess{}
