@@ -29,7 +29,6 @@ func fired(t *testing.T, c <-chan time.Time) (time.Time, bool) {
 }
 
 func TestTimersFireWhenTheClockPassesThem(t *testing.T) {
-	t.Parallel()
 	c := clocktest.New(start)
 	a := c.NewTimer(time.Second)
 	b := c.NewTimer(3 * time.Second)
@@ -57,7 +56,6 @@ func TestTimersFireWhenTheClockPassesThem(t *testing.T) {
 }
 
 func TestStopAndResetDropStaleTicks(t *testing.T) {
-	t.Parallel()
 	c := clocktest.New(start)
 	tm := c.NewTimer(time.Second)
 	if !tm.Stop() || tm.Stop() {
@@ -84,7 +82,6 @@ func TestStopAndResetDropStaleTicks(t *testing.T) {
 }
 
 func TestAfterFuncRunsAsWorkAndStops(t *testing.T) {
-	t.Parallel()
 	c := clocktest.New(start)
 	ran := make(chan time.Time, 1)
 	release := make(chan struct{})
@@ -124,7 +121,6 @@ func TestAfterFuncRunsAsWorkAndStops(t *testing.T) {
 }
 
 func TestSleepParksUntilTheClockPassesIt(t *testing.T) {
-	t.Parallel()
 	c := clocktest.New(start)
 	d := clocktest.NewDriver(t, c)
 	woke := make(chan time.Time, 1)
@@ -168,7 +164,6 @@ func TestSleepParksUntilTheClockPassesIt(t *testing.T) {
 }
 
 func TestGateParksItsWaiters(t *testing.T) {
-	t.Parallel()
 	c := clocktest.New(start)
 	d := clocktest.NewDriver(t, c)
 	g := clocktest.NewGate(c)
@@ -204,7 +199,6 @@ func TestGateParksItsWaiters(t *testing.T) {
 }
 
 func TestDoerCountsAnExchangeUntilItsBodyIsClosed(t *testing.T) {
-	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }))
 	defer srv.Close()
 	client := &http.Client{}
@@ -243,7 +237,6 @@ func TestDoerCountsAnExchangeUntilItsBodyIsClosed(t *testing.T) {
 // sees every tick at exactly its deadline, and Until stops the clock where
 // the condition first holds.
 func TestDriverFiresEachTimerAtItsDeadline(t *testing.T) {
-	t.Parallel()
 	c := clocktest.New(start)
 	d := clocktest.NewDriver(t, c)
 	var mu sync.Mutex
@@ -291,7 +284,6 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 }
 
 func TestDriverGivesUpAtItsRealDeadline(t *testing.T) {
-	t.Parallel()
 	c := clocktest.New(start)
 	tb := &fatalTB{msg: make(chan string, 1)}
 	d := clocktest.NewDriver(tb, c)

@@ -14,21 +14,26 @@ type TB interface {
 }
 
 // Driver moves a Clock for a test whose work runs on real goroutines. Each
-// step waits until the system is quiescent — no work in flight that is not
-// parked, no fired tick unread, no use of the clock for a little while —
+// step waits until the system is quiescent — no work the clock counts
+// running (only parked), no fired tick unread, the clock unused, and no
+// goroutine of the process running, ready to run or in a system call —
 // and then advances the clock to the next armed timer, so every timer
 // fires at exactly its deadline and the work it starts sees that time.
 // Every call is bounded by a real-time deadline that fails the test with
 // what it waited for and the clock's state.
+//
+// Quiescence is judged on the whole process (a goroutine that was just
+// handed work is ready to run before it touches the clock), so a test
+// using a Driver must not run in parallel with other tests of its package.
 type Driver struct {
 	tb TB
 	c  *Clock
 	// Deadline bounds each call in real time. Default 10s.
 	Deadline time.Duration
-	// Quiet is how long the clock must go unused, with no work running,
-	// before the system counts as quiescent while other goroutines of the
-	// process are busy (when the whole process is idle it counts at once).
-	// Default 3ms.
+	// Quiet is how long the clock must go unused, with no counted work
+	// running, for the system to count as quiescent although the process
+	// is not idle (a garbage collection, a goroutine that runs long without
+	// touching the clock). Default 50ms.
 	Quiet time.Duration
 	// Busy, when set, reports work in flight the clock cannot see.
 	Busy func() bool
@@ -36,7 +41,7 @@ type Driver struct {
 
 // NewDriver returns a driver for c that fails tb.
 func NewDriver(tb TB, c *Clock) *Driver {
-	return &Driver{tb: tb, c: c, Deadline: 10 * time.Second, Quiet: 3 * time.Millisecond}
+	return &Driver{tb: tb, c: c, Deadline: 10 * time.Second, Quiet: 50 * time.Millisecond}
 }
 
 // Clock is the clock the driver moves.
@@ -102,12 +107,12 @@ const (
 )
 
 // settle waits until the clock's work is quiescent: nothing counted as
-// running, and the clock unused for two looks while the whole process is
-// idle, or for Quiet (and three looks) while other goroutines run.
+// running, and the clock unused for three looks in a row that find the
+// whole process idle, or for Quiet while it is not.
 func (d *Driver) settle(what string, deadline time.Time) {
 	d.tb.Helper()
 	last := d.c.state()
-	used, quietSince, quietPolls := time.Now(), time.Now(), 0
+	used, quietSince, quietPolls, idlePolls := time.Now(), time.Now(), 0, 0
 	for {
 		if time.Since(used) < spinFor {
 			runtime.Gosched()
@@ -123,12 +128,16 @@ func (d *Driver) settle(what string, deadline time.Time) {
 			used = now
 		}
 		if s.busy() || s.activity != last.activity || (d.Busy != nil && d.Busy()) {
-			last, quietSince, quietPolls = s, now, 0
+			last, quietSince, quietPolls, idlePolls = s, now, 0, 0
 			continue
 		}
 		quietPolls++
-		if quietPolls >= 2 && processIdle() {
-			return // nothing else runs: nothing of ours is about to
+		if !processIdle() {
+			idlePolls = 0
+		} else if idlePolls++; idlePolls >= 3 {
+			// Nothing else runs, three looks in a row (one can catch a
+			// goroutine between two states): nothing of ours is about to.
+			return
 		}
 		if quietPolls >= 3 && now.Sub(quietSince) >= d.Quiet {
 			return
