@@ -35,7 +35,6 @@ var errConnTerminated = domain.Unavailable("job store write failed",
 // A write that fails is tried again after 50 ms, doubling to 5 s, until it
 // commits.
 func TestPersistRetriesWithBoundedBackoffUntilCommitted(t *testing.T) {
-	t.Parallel()
 	clock := clocktest.New(t0)
 	drv := clocktest.NewDriver(t, clock)
 	const failures = 9
@@ -77,7 +76,6 @@ func TestPersistRetriesWithBoundedBackoffUntilCommitted(t *testing.T) {
 
 // A job that vanished, or a closed store, ends the tries at once.
 func TestPersistStopsOnNotFoundAndClosed(t *testing.T) {
-	t.Parallel()
 	for _, want := range []error{domain.ErrNotFound, domain.ErrClosed} {
 		clock := clocktest.New(t0)
 		tries := 0
@@ -94,7 +92,6 @@ func TestPersistStopsOnNotFoundAndClosed(t *testing.T) {
 // Stopping ends the waiting: persist gives up with the write's error, and
 // the write's context is not cancelled by the stop.
 func TestPersistGivesUpWhenStopping(t *testing.T) {
-	t.Parallel()
 	clock := clocktest.New(t0)
 	drv := clocktest.NewDriver(t, clock)
 	stop, cancel := context.WithCancel(t.Context())

@@ -11,7 +11,6 @@ import (
 )
 
 func TestWorkersReuseAndStop(t *testing.T) {
-	t.Parallel()
 	p := newWorkers(clocktest.New(t0), time.Hour)
 	var ran atomic.Int64
 	var wg sync.WaitGroup
@@ -43,7 +42,6 @@ func TestWorkersReuseAndStop(t *testing.T) {
 }
 
 func TestWorkersIdleTimeoutAndConcurrency(t *testing.T) {
-	t.Parallel()
 	clock := clocktest.New(t0)
 	drv := clocktest.NewDriver(t, clock)
 	const idleTimeout = 20 * time.Second
