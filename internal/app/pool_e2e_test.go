@@ -125,3 +125,42 @@ func TestPoolCeilingIsTheSumOfMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolMembersThatStopHeartbeatingAreEvicted: a member that misses three
+// heartbeats in a row is evicted by the next pool sweep (every 5 s); one
+// that keeps heartbeating stays.
+func TestPoolMembersThatStopHeartbeatingAreEvicted(t *testing.T) {
+	up := newUpstream(t, nil)
+	b := setup(t, nil) // PoolSweep: the default 5 s
+	beat := func(id string) {
+		t.Helper()
+		if _, err := b.svc.RegisterMember(t.Context(), &domain.MemberRegistration{PoolID: "readers", MemberID: id,
+			Address: up.URL + "/" + id, CapacityRPS: 10, HeartbeatInterval: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members := func() []string {
+		var ids []string
+		for _, m := range b.svc.Pools(t.Context())["readers"].Members {
+			ids = append(ids, m.ID)
+		}
+		sort.Strings(ids)
+		return ids
+	}
+	beat("quiet")
+	beat("alive")
+	for range 3 {
+		elapse(t, 10*time.Second)
+		beat("alive")
+	}
+	// At +30 s quiet has missed three intervals exactly: not yet more than
+	// three, so the sweep at +30 s keeps it…
+	if got := fmt.Sprint(members()); got != "[alive quiet]" {
+		t.Fatalf("members at +%v: %s", since(t), got)
+	}
+	// …and the next one, at +35 s, evicts it.
+	waitFor(t, "the silent member to be evicted", func() bool { return fmt.Sprint(members()) == "[alive]" })
+	if since(t) != 35*time.Second {
+		t.Fatalf("evicted at +%v, want +35s (the first sweep more than 3 × 10 s after its heartbeat)", since(t))
+	}
+}
