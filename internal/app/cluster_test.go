@@ -275,7 +275,7 @@ func (h *hub) start(t *testing.T, id string, mutate func(*app.Config)) *app.Serv
 		mutate(&cfg)
 	}
 	client := cfg.Doer
-	cfg.Doer = tc.doer(cfg.Doer)
+	cfg.Doer = tc.doer(signedBy{id, cfg.Doer})
 	svc, err := app.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -290,6 +290,18 @@ func (h *hub) start(t *testing.T, id string, mutate func(*app.Config)) *app.Serv
 		}
 	})
 	return svc
+}
+
+// signedBy marks every request a node sends with the node (X-Test-Node),
+// so the destination can tell who dispatched what.
+type signedBy struct {
+	id   string
+	next ports.Doer
+}
+
+func (s signedBy) Do(r *http.Request) (*http.Response, error) {
+	r.Header.Set("X-Test-Node", s.id)
+	return s.next.Do(r)
 }
 
 // kill makes node id behave like a crashed process: it stops renewing and
@@ -423,6 +435,59 @@ func TestClusterTakeoverKeepsThePace(t *testing.T) {
 	}
 	if hc := b.Health(t.Context()).Cluster; hc == nil || hc.InstanceID != "b" || len(hc.Lanes) == 0 {
 		t.Fatalf("/health cluster section %+v", hc)
+	}
+}
+
+// TestClusterFencedProcessStopsBeforeTheNextHolderStarts: a holder that
+// can no longer reach the store (its lease syncs fail) stops dispatching
+// before its lease could have run out, and fences itself off; the next
+// holder starts only once the lease has run out. At no time do both send.
+func TestClusterFencedProcessStopsBeforeTheNextHolderStarts(t *testing.T) {
+	const ttl, sync = 300 * time.Millisecond, 50 * time.Millisecond // the hub's
+	target := newUpstream(t, nil)
+	rate := func(c *app.Config) {
+		c.Rates.Hosts = map[string]domain.Rate{strings.TrimPrefix(target.URL, "http://"): {RPS: 20, MaxConcurrent: 1}}
+	}
+	h := newHub(t)
+	a := h.start(t, "a", rate)
+	var ids []domain.JobID
+	for i := range 40 {
+		res, err := a.Enqueue(t.Context(), req(fmt.Sprint("f", i), target.URL+"/x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.JobID)
+	}
+	u := upstreamOf(t, target.URL)
+	waitFor(t, "a to dispatch", func() bool { return h.holder(u) == "a" && target.count() >= 5 })
+	b := h.start(t, "b", rate)
+	h.kill("a")
+	killed := now(t)
+	waitFor(t, "a to fence itself", func() bool { hc := a.Health(t.Context()).Cluster; return hc != nil && len(hc.Lanes) == 0 })
+	for _, id := range ids {
+		waitFor(t, "every job to complete", func() bool {
+			j, err := b.Get(t.Context(), id)
+			return err == nil && j.Status == domain.StatusCompleted
+		})
+	}
+	var lastA, firstB time.Time
+	for _, x := range target.snapshot() {
+		switch x.headers.Get("X-Test-Node") {
+		case "a":
+			lastA = x.at
+		case "b":
+			if firstB.IsZero() {
+				firstB = x.at
+			}
+		}
+	}
+	// a's last successful sync was at the kill at the latest: its lease
+	// lasts ttl from then, and it stops sync/2 short of that.
+	if lastA.Sub(killed) >= ttl-sync/2 {
+		t.Fatalf("a dispatched %v after it lost the store; it must stop within %v", lastA.Sub(killed), ttl-sync/2)
+	}
+	if firstB.IsZero() || !firstB.After(lastA) {
+		t.Fatalf("b's first dispatch at +%v, a's last at +%v: both dispatched at once", firstB.Sub(testT0), lastA.Sub(testT0))
 	}
 }
 
