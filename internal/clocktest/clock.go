@@ -36,13 +36,14 @@ type Clock struct {
 	// AfterFunc callbacks); parked, how much of it waits for the clock or
 	// a Gate.
 	work, parked int
-	// activity changes with every use of the clock.
+	// activity changes with every use of the clock, and kick is told.
 	activity uint64
+	kick     chan struct{}
 }
 
 // New returns a clock standing at start.
 func New(start time.Time) *Clock {
-	return &Clock{start: start, now: start}
+	return &Clock{start: start, now: start, kick: make(chan struct{}, 1)}
 }
 
 var _ ports.Clock = (*Clock)(nil)
@@ -51,7 +52,7 @@ var _ ports.Clock = (*Clock)(nil)
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.activity++
+	c.usedLocked()
 	return c.now
 }
 
@@ -98,7 +99,7 @@ func (c *Clock) AdvanceTo(at time.Time) {
 }
 
 func (c *Clock) advanceLocked(at time.Time) {
-	c.activity++
+	c.usedLocked()
 	if at.After(c.now) {
 		c.now = at
 	}
@@ -168,7 +169,7 @@ func (c *Clock) Pending() int {
 // Driver does not move the clock meanwhile (unless the work parks).
 func (c *Clock) Begin() {
 	c.mu.Lock()
-	c.activity++
+	c.usedLocked()
 	c.work++
 	c.mu.Unlock()
 }
@@ -176,14 +177,14 @@ func (c *Clock) Begin() {
 // End ends a unit of work started with Begin.
 func (c *Clock) End() {
 	c.mu.Lock()
-	c.activity++
+	c.usedLocked()
 	c.work--
 	c.mu.Unlock()
 }
 
 func (c *Clock) park(n int) {
 	c.mu.Lock()
-	c.activity++
+	c.usedLocked()
 	c.parked += n
 	c.mu.Unlock()
 }
@@ -199,7 +200,7 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 	t := &timer{c: c, ch: make(chan time.Time, 1), sleeper: true}
 	c.mu.Lock()
-	c.activity++
+	c.usedLocked()
 	c.parked++
 	t.at = c.now.Add(d)
 	c.timers = append(c.timers, t)
@@ -214,6 +215,15 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 		}
 		c.mu.Unlock()
 		return ctx.Err()
+	}
+}
+
+// usedLocked records a use of the clock and wakes a Driver waiting for one.
+func (c *Clock) usedLocked() {
+	c.activity++
+	select {
+	case c.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -267,7 +277,7 @@ func (t *timer) C() <-chan time.Time { return t.ch }
 func (t *timer) Stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	t.c.activity++
+	t.c.usedLocked()
 	return t.removeLocked()
 }
 
@@ -276,7 +286,7 @@ func (t *timer) Reset(d time.Duration) bool {
 	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.activity++
+	c.usedLocked()
 	was := t.removeLocked()
 	t.at = c.now.Add(d)
 	if d <= 0 {

@@ -99,8 +99,8 @@ func (d *Driver) To(at time.Time) {
 }
 
 // After the clock was last used, the driver looks again at once (yielding
-// to the goroutines at work) for spinFor; later it sleeps poll between
-// looks.
+// to the goroutines at work) for spinFor; later it waits up to poll
+// between looks, or until the clock is used.
 const (
 	spinFor = 500 * time.Microsecond
 	poll    = 100 * time.Microsecond
@@ -113,11 +113,17 @@ func (d *Driver) settle(what string, deadline time.Time) {
 	d.tb.Helper()
 	last := d.c.state()
 	used, quietSince, quietPolls, idlePolls := time.Now(), time.Now(), 0, 0
+	wait := time.NewTimer(poll)
+	defer wait.Stop()
 	for {
 		if time.Since(used) < spinFor {
 			runtime.Gosched()
 		} else {
-			time.Sleep(poll)
+			wait.Reset(poll)
+			select {
+			case <-d.c.kick: // the clock was used: look at once
+			case <-wait.C:
+			}
 		}
 		now := time.Now()
 		if now.After(deadline) {
