@@ -33,7 +33,7 @@ type Driver struct {
 	// Quiet is how long the clock must go unused, with no counted work
 	// running, for the system to count as quiescent although the process
 	// is not idle (a garbage collection, a goroutine that runs long without
-	// touching the clock). Default 50ms.
+	// touching the clock). Default 100ms.
 	Quiet time.Duration
 	// Busy, when set, reports work in flight the clock cannot see.
 	Busy func() bool
@@ -41,7 +41,7 @@ type Driver struct {
 
 // NewDriver returns a driver for c that fails tb.
 func NewDriver(tb TB, c *Clock) *Driver {
-	return &Driver{tb: tb, c: c, Deadline: 10 * time.Second, Quiet: 50 * time.Millisecond}
+	return &Driver{tb: tb, c: c, Deadline: 10 * time.Second, Quiet: 100 * time.Millisecond}
 }
 
 // Clock is the clock the driver moves.
