@@ -115,16 +115,22 @@ func (d *Driver) settle(what string, deadline time.Time) {
 	used, quietSince, quietPolls, idlePolls := time.Now(), time.Now(), 0, 0
 	wait := time.NewTimer(poll)
 	defer wait.Stop()
-	for {
+	// pause lets the goroutines at work run before the next look: a yield
+	// just after the clock was used, else a wait for its next use (or
+	// poll).
+	pause := func() {
 		if time.Since(used) < spinFor {
 			runtime.Gosched()
-		} else {
-			wait.Reset(poll)
-			select {
-			case <-d.c.kick: // the clock was used: look at once
-			case <-wait.C:
-			}
+			return
 		}
+		wait.Reset(poll)
+		select {
+		case <-d.c.kick:
+		case <-wait.C:
+		}
+	}
+	pause()
+	for {
 		now := time.Now()
 		if now.After(deadline) {
 			d.fail(what)
@@ -135,19 +141,25 @@ func (d *Driver) settle(what string, deadline time.Time) {
 		}
 		if s.busy() || s.activity != last.activity || (d.Busy != nil && d.Busy()) {
 			last, quietSince, quietPolls, idlePolls = s, now, 0, 0
+			pause()
 			continue
 		}
 		quietPolls++
-		if !processIdle() {
-			idlePolls = 0
-		} else if idlePolls++; idlePolls >= 3 {
-			// Nothing else runs, three looks in a row (one can catch a
-			// goroutine between two states): nothing of ours is about to.
-			return
+		if processIdle() {
+			// Nothing else runs. Three looks in a row (one can catch a
+			// goroutine between two states), a yield apart: nothing of
+			// ours is about to.
+			if idlePolls++; idlePolls >= 3 {
+				return
+			}
+			runtime.Gosched()
+			continue
 		}
+		idlePolls = 0
 		if quietPolls >= 3 && now.Sub(quietSince) >= d.Quiet {
 			return
 		}
+		pause()
 	}
 }
 
