@@ -13,7 +13,6 @@ import (
 // holds sheds the very first job, before any collection has run; with a
 // limit far above it admits.
 func TestMemoryLimitHoldsFromTheFirstJob(t *testing.T) {
-	t.Parallel()
 	tight := setup(t, func(c *app.Config) { c.Admission = app.AdmissionConfig{MemoryLimitMB: 1} })
 	_, err := tight.svc.Enqueue(t.Context(), req("first", "http://127.0.0.1:1/x"))
 	var rej *domain.RejectedError

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,6 +31,7 @@ func TestMain(m *testing.M) {
 // whose traffic it records.
 type upstream struct {
 	*httptest.Server
+	clock    *testClock // arrivals are recorded on it
 	mu       sync.Mutex
 	hits     []hit
 	handle   func(w http.ResponseWriter, r *http.Request, n int) // n: 1-based hit number
@@ -41,7 +41,7 @@ type upstream struct {
 }
 
 type hit struct {
-	at      time.Time
+	at      time.Time // on the test's clock
 	method  string
 	path    string
 	headers http.Header
@@ -50,7 +50,7 @@ type hit struct {
 
 func newUpstream(t *testing.T, handle func(w http.ResponseWriter, r *http.Request, n int)) *upstream {
 	t.Helper()
-	u := &upstream{handle: handle, received: make(chan hit, 10000)}
+	u := &upstream{clock: clockOf(t), handle: handle, received: make(chan hit, 10000)}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cur := u.running.Add(1)
 		defer u.running.Add(-1)
@@ -61,7 +61,7 @@ func newUpstream(t *testing.T, handle func(w http.ResponseWriter, r *http.Reques
 			}
 		}
 		body, _ := io.ReadAll(r.Body)
-		h := hit{at: time.Now(), method: r.Method, path: r.URL.Path, headers: r.Header.Clone(), body: string(body)}
+		h := hit{at: u.clock.now(), method: r.Method, path: r.URL.Path, headers: r.Header.Clone(), body: string(body)}
 		u.mu.Lock()
 		u.hits = append(u.hits, h)
 		n := len(u.hits)
@@ -121,22 +121,30 @@ type bundle struct {
 	logs  *observer.ObservedLogs
 }
 
-// setup starts a Service on an in-memory store with fast retries. mutate
-// may adjust the config before start.
+// noJitter makes paced waits exact: every start lands on its slot.
+func noJitter() float64 { return 0 }
+
+// setup starts a Service on an in-memory store with fast retries, on the
+// test's clock (see clock_test.go), without jitter. mutate may adjust the
+// config before start.
 func setup(t *testing.T, mutate func(*app.Config)) *bundle {
 	t.Helper()
 	core, logs := observer.New(zap.DebugLevel)
-	store := memory.New(nil)
+	tc := clockOf(t)
 	cfg := app.Config{
-		Store:  store,
+		Store:  newStore(t),
 		Doer:   &http.Client{},
+		Clock:  tc.clock(),
 		Logger: zap.New(core),
 		Rates:  app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 16}},
 		Retry:  app.RetryPolicy{Attempts: 5, Backoff: []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond}},
+		Rand:   noJitter,
 	}
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	client := cfg.Doer
+	cfg.Doer = tc.doer(cfg.Doer)
 	svc, err := app.New(cfg)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
@@ -145,12 +153,8 @@ func setup(t *testing.T, mutate func(*app.Config)) *bundle {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := svc.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-		if c, ok := cfg.Doer.(*http.Client); ok {
+		stopService(t, svc)
+		if c, ok := client.(*http.Client); ok {
 			c.CloseIdleConnections()
 		}
 	})
@@ -171,18 +175,6 @@ func (b *bundle) enqueue(t *testing.T, req *domain.JobRequest) domain.JobID {
 		t.Fatalf("Enqueue(%s): unexpected duplicate", req.IdempotentKey)
 	}
 	return res.JobID
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func (b *bundle) waitStatus(t *testing.T, id domain.JobID, want domain.Status) *domain.Job {

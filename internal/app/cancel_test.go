@@ -20,10 +20,10 @@ func wantCode(t *testing.T, err error, code domain.Code, what string) {
 }
 
 func TestCancelQueuedJob(t *testing.T) {
-	release := make(chan struct{})
+	release := newGate(t)
 	target := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		if r.URL.Path == "/slow" {
-			<-release
+			release.Wait(r.Context())
 		}
 		w.WriteHeader(http.StatusOK)
 	})
@@ -31,7 +31,6 @@ func TestCancelQueuedJob(t *testing.T) {
 	b := setup(t, func(c *app.Config) {
 		c.Rates = app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 1}}
 	})
-	defer close(release)
 
 	running := b.enqueue(t, req("running", target.URL+"/slow"))
 	waitFor(t, "the first job to run", func() bool { return target.count() == 1 })
@@ -57,7 +56,7 @@ func TestCancelQueuedJob(t *testing.T) {
 	_, err = b.svc.Cancel(t.Context(), "0123456789abcdef0123456789abcdef")
 	wantCode(t, err, domain.CodeNotFound, "cancel an unknown job")
 
-	release <- struct{}{}
+	release.Open()
 	b.waitStatus(t, running, domain.StatusCompleted)
 	// The webhook reports the cancellation; the upstream never saw the job.
 	waitFor(t, "the cancellation's webhook", func() bool { return hooks.count() == 1 })
@@ -65,7 +64,7 @@ func TestCancelQueuedJob(t *testing.T) {
 	if p.Status != "failed" || p.Reason != domain.ReasonCanceled {
 		t.Fatalf("webhook payload %+v, want failed/canceled", p)
 	}
-	time.Sleep(50 * time.Millisecond)
+	elapse(t, time.Minute) // long past any retry or redelivery
 	for _, h := range target.snapshot() {
 		if h.path == "/never" {
 			t.Fatal("a cancelled job was dispatched")
@@ -93,16 +92,16 @@ func TestCancelJobWaitingToRetry(t *testing.T) {
 	if !j.Canceled() || j.Attempts != 1 {
 		t.Fatalf("cancelled retrying job: %+v result %+v", j, j.Result)
 	}
-	time.Sleep(500 * time.Millisecond) // past the backoff
+	elapse(t, time.Minute) // far past the 300 ms backoff
 	if n := target.count(); n != 1 {
 		t.Fatalf("%d attempts after cancelling during the backoff, want 1", n)
 	}
 }
 
 func TestCancelJobDeepInTheBacklog(t *testing.T) {
-	release := make(chan struct{})
-	target := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
-		<-release
+	release := newGate(t)
+	target := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		release.Wait(r.Context())
 		w.WriteHeader(http.StatusOK)
 	})
 	b := setup(t, func(c *app.Config) {
@@ -119,7 +118,7 @@ func TestCancelJobDeepInTheBacklog(t *testing.T) {
 			t.Fatalf("cancel job %d: %v", i, err)
 		}
 	}
-	close(release)
+	release.Open()
 	for i, id := range ids {
 		if i == 1 || i == 5 || i == 9 {
 			continue
@@ -136,7 +135,13 @@ func TestCancelJobDeepInTheBacklog(t *testing.T) {
 // TestCancelRacesDispatch cancels jobs while they are being dispatched:
 // every job is either cancelled and never sent, or sent and the cancel
 // refused — never both, never neither.
+//
+// wall clock: the race needs the lane to dispatch while the cancels run,
+// which on a fake clock standing still it would not (it waits for its
+// next slot).
 func TestCancelRacesDispatch(t *testing.T) {
+	wallClock(t)
+	t.Parallel()
 	target := newUpstream(t, nil)
 	b := setup(t, func(c *app.Config) {
 		c.Rates = app.RateTable{Defaults: domain.Rate{RPS: 2000, MaxConcurrent: 4}}
@@ -169,7 +174,11 @@ func TestCancelRacesDispatch(t *testing.T) {
 		}
 		b.waitStatus(t, id, want)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Stop waits for the attempts still running: every request that was
+	// sent has arrived.
+	if err := b.svc.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	sent := map[string]int{}
 	for _, h := range target.snapshot() {
 		sent[h.path]++

@@ -25,6 +25,7 @@ import (
 // Postgres implementation has its own tests of the same contract.
 type hub struct {
 	store *memory.Store
+	now   func() time.Time // the test's clock
 
 	mu      sync.Mutex
 	leases  map[domain.UpstreamKey]*hubLease
@@ -39,8 +40,8 @@ type hubLease struct {
 	state ports.LaneState
 }
 
-func newHub() *hub {
-	return &hub{store: memory.New(nil), leases: map[domain.UpstreamKey]*hubLease{}, dead: map[string]bool{},
+func newHub(t *testing.T) *hub {
+	return &hub{store: newStore(t), now: clockOf(t).now, leases: map[domain.UpstreamKey]*hubLease{}, dead: map[string]bool{},
 		subs: map[string]chan ports.ClusterMessage{}, members: map[string]ports.PoolMember{}}
 }
 
@@ -74,7 +75,7 @@ func (n *node) SyncLeases(_ context.Context, p *ports.SyncLeasesParams) ([]ports
 	h := n.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	now := time.Now()
+	now := h.now()
 	for _, l := range p.Held {
 		if le := h.leases[l.Upstream]; le != nil && le.owner == n.id {
 			le.until, le.state = now.Add(p.TTL), l.State
@@ -131,7 +132,7 @@ func (n *node) Instances(context.Context) ([]ports.Instance, error) {
 	h := n.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	now := time.Now()
+	now := h.now()
 	var out []ports.Instance
 	for id := range h.subs {
 		if h.dead[id] {
@@ -157,7 +158,7 @@ func (n *node) RecoverLane(ctx context.Context, u domain.UpstreamKey) (int, erro
 	if !anyDead {
 		return 0, nil
 	}
-	jobs, err := n.Store.ResetStale(ctx, &ports.ResetStaleParams{DispatchedBefore: time.Now().Add(time.Hour), Now: time.Now(),
+	jobs, err := n.Store.ResetStale(ctx, &ports.ResetStaleParams{DispatchedBefore: n.h.now().Add(time.Hour), Now: n.h.now(),
 		Exclude: map[domain.JobID]bool{}})
 	c := 0
 	for _, j := range jobs {
@@ -210,7 +211,7 @@ func (n *node) PutMember(_ context.Context, m *ports.PoolMember) (bool, error) {
 	k := m.PoolID + "/" + m.MemberID
 	old, ok := n.h.members[k]
 	row := *m
-	row.LastSeen = time.Now()
+	row.LastSeen = n.h.now()
 	if ok {
 		row.Reputation, row.Probation, row.Picks, row.Successes, row.Failures = old.Reputation, old.Probation, old.Picks, old.Successes, old.Failures
 	}
@@ -259,17 +260,22 @@ func (h *hub) start(t *testing.T, id string, mutate func(*app.Config)) *app.Serv
 	h.mu.Lock()
 	h.subs[id] = make(chan ports.ClusterMessage, 1024)
 	h.mu.Unlock()
+	tc := clockOf(t)
 	cfg := app.Config{
 		Store:   n,
 		Doer:    &http.Client{},
+		Clock:   tc.clock(),
 		Logger:  zap.NewNop(),
 		Rates:   app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 8}},
 		Retry:   app.RetryPolicy{Attempts: 5, Backoff: []time.Duration{20 * time.Millisecond}},
 		Cluster: app.ClusterConfig{Peers: ports.ClusterOf(n), LeaseTTL: 300 * time.Millisecond, SyncInterval: 50 * time.Millisecond},
+		Rand:    noJitter,
 	}
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	client := cfg.Doer
+	cfg.Doer = tc.doer(signedBy{id, cfg.Doer})
 	svc, err := app.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -278,11 +284,24 @@ func (h *hub) start(t *testing.T, id string, mutate func(*app.Config)) *app.Serv
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = svc.Stop(ctx)
+		stopService(t, svc)
+		if c, ok := client.(*http.Client); ok {
+			c.CloseIdleConnections()
+		}
 	})
 	return svc
+}
+
+// signedBy marks every request a node sends with the node (X-Test-Node),
+// so the destination can tell who dispatched what.
+type signedBy struct {
+	id   string
+	next ports.Doer
+}
+
+func (s signedBy) Do(r *http.Request) (*http.Response, error) {
+	r.Header.Set("X-Test-Node", s.id)
+	return s.next.Do(r)
 }
 
 // kill makes node id behave like a crashed process: it stops renewing and
@@ -296,7 +315,7 @@ func (h *hub) kill(id string) {
 func (h *hub) holder(u domain.UpstreamKey) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if le := h.leases[u]; le != nil && time.Now().Before(le.until) {
+	if le := h.leases[u]; le != nil && h.now().Before(le.until) {
 		return le.owner
 	}
 	return ""
@@ -319,7 +338,7 @@ func TestClusterPacesGlobally(t *testing.T) {
 	rate := func(c *app.Config) {
 		c.Rates.Hosts = map[string]domain.Rate{strings.TrimPrefix(target.URL, "http://"): {RPS: 40, MaxConcurrent: 4}}
 	}
-	h := newHub()
+	h := newHub(t)
 	a, b := h.start(t, "a", rate), h.start(t, "b", rate)
 	const n = 80
 	var ids []domain.JobID
@@ -346,8 +365,13 @@ func TestClusterPacesGlobally(t *testing.T) {
 	}
 	sort.Slice(hits, func(i, j int) bool { return hits[i].at.Before(hits[j].at) })
 	span := hits[len(hits)-1].at.Sub(hits[0].at).Seconds()
-	if got := float64(n-1) / span; got > 40*1.10 {
+	if got := float64(n-1) / span; got > 40*(1+1e-6) {
 		t.Fatalf("destination saw %.1f rps across two processes; the lane's 40 rps must be global", got)
+	}
+	for i := 1; i < len(hits); i++ {
+		if gap := hits[i].at.Sub(hits[i-1].at); gap < 25*time.Millisecond {
+			t.Fatalf("starts %d and %d %v apart; at 40 rps they are at least 25ms apart", i, i+1, gap)
+		}
 	}
 	if holder := h.holder(upstreamOf(t, target.URL)); holder == "" {
 		t.Log("lane released after draining (allowed)")
@@ -358,20 +382,18 @@ func TestClusterPacesGlobally(t *testing.T) {
 // destination, dies; the other process takes the lane within the lease
 // time, continues at the learned pace, and completes every job.
 func TestClusterTakeoverKeepsThePace(t *testing.T) {
-	release := make(chan struct{})
-	var once sync.Once
-	target := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
+	release := newGate(t)
+	target := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		w.Header().Set("X-Aqueduct-Rps", "10")
 		if n == 3 {
-			<-release // the third job is in flight when its holder dies
+			release.Wait(r.Context()) // the third job is in flight when its holder dies
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	defer once.Do(func() { close(release) })
 	rate := func(c *app.Config) {
 		c.Rates.Hosts = map[string]domain.Rate{strings.TrimPrefix(target.URL, "http://"): {RPS: 100, MaxConcurrent: 1}}
 	}
-	h := newHub()
+	h := newHub(t)
 	a := h.start(t, "a", rate)
 	var ids []domain.JobID
 	for i := range 10 {
@@ -392,17 +414,19 @@ func TestClusterTakeoverKeepsThePace(t *testing.T) {
 	})
 	b := h.start(t, "b", rate)
 	h.kill("a")
-	killed := time.Now()
+	killed := now(t)
 	waitFor(t, "b to take the lane over", func() bool { return h.holder(u) == "b" })
-	if d := time.Since(killed); d > 2*time.Second {
-		t.Fatalf("takeover took %v with a 300 ms lease", d)
+	// a's lease runs out at most 300 ms after it died (its last renewal);
+	// b takes it at its first sync (every 50 ms) after that.
+	if d := now(t).Sub(killed); d > 300*time.Millisecond+50*time.Millisecond {
+		t.Fatalf("takeover took %v with a 300 ms lease synced every 50 ms", d)
 	}
 	for _, l := range b.Health(t.Context()).Lanes {
 		if l.Lane == string(u) && l.RPS > 10.5 {
 			t.Fatalf("new holder runs at %.1f rps; it must continue at the learned 10", l.RPS)
 		}
 	}
-	once.Do(func() { close(release) })
+	release.Open()
 	for _, id := range ids {
 		waitFor(t, "every job to complete after the takeover", func() bool {
 			j, err := b.Get(t.Context(), id)
@@ -414,15 +438,68 @@ func TestClusterTakeoverKeepsThePace(t *testing.T) {
 	}
 }
 
+// TestClusterFencedProcessStopsBeforeTheNextHolderStarts: a holder that
+// can no longer reach the store (its lease syncs fail) stops dispatching
+// before its lease could have run out, and fences itself off; the next
+// holder starts only once the lease has run out. At no time do both send.
+func TestClusterFencedProcessStopsBeforeTheNextHolderStarts(t *testing.T) {
+	const ttl, sync = 300 * time.Millisecond, 50 * time.Millisecond // the hub's
+	target := newUpstream(t, nil)
+	rate := func(c *app.Config) {
+		c.Rates.Hosts = map[string]domain.Rate{strings.TrimPrefix(target.URL, "http://"): {RPS: 20, MaxConcurrent: 1}}
+	}
+	h := newHub(t)
+	a := h.start(t, "a", rate)
+	var ids []domain.JobID
+	for i := range 40 {
+		res, err := a.Enqueue(t.Context(), req(fmt.Sprint("f", i), target.URL+"/x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.JobID)
+	}
+	u := upstreamOf(t, target.URL)
+	waitFor(t, "a to dispatch", func() bool { return h.holder(u) == "a" && target.count() >= 5 })
+	b := h.start(t, "b", rate)
+	h.kill("a")
+	killed := now(t)
+	waitFor(t, "a to fence itself", func() bool { hc := a.Health(t.Context()).Cluster; return hc != nil && len(hc.Lanes) == 0 })
+	for _, id := range ids {
+		waitFor(t, "every job to complete", func() bool {
+			j, err := b.Get(t.Context(), id)
+			return err == nil && j.Status == domain.StatusCompleted
+		})
+	}
+	var lastA, firstB time.Time
+	for _, x := range target.snapshot() {
+		switch x.headers.Get("X-Test-Node") {
+		case "a":
+			lastA = x.at
+		case "b":
+			if firstB.IsZero() {
+				firstB = x.at
+			}
+		}
+	}
+	// a's last successful sync was at the kill at the latest: its lease
+	// lasts ttl from then, and it stops sync/2 short of that.
+	if lastA.Sub(killed) >= ttl-sync/2 {
+		t.Fatalf("a dispatched %v after it lost the store; it must stop within %v", lastA.Sub(killed), ttl-sync/2)
+	}
+	if firstB.IsZero() || !firstB.After(lastA) {
+		t.Fatalf("b's first dispatch at +%v, a's last at +%v: both dispatched at once", firstB.Sub(testT0), lastA.Sub(testT0))
+	}
+}
+
 // TestClusterEventsReachOtherProcesses: a subscriber on one process sees a
 // job dispatched by the other, result included.
 func TestClusterEventsReachOtherProcesses(t *testing.T) {
-	release := make(chan struct{})
-	target := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
-		<-release
+	release := newGate(t)
+	target := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		release.Wait(r.Context())
 		fmt.Fprint(w, "done elsewhere")
 	})
-	h := newHub()
+	h := newHub(t)
 	a := h.start(t, "a", nil)
 	res, err := a.Enqueue(t.Context(), req("ev", target.URL+"/x"))
 	if err != nil {
@@ -436,14 +513,10 @@ func TestClusterEventsReachOtherProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	close(release)
-	select {
-	case ev := <-sub.C:
-		if ev.Type != domain.EventCompleted || ev.Result == nil || string(ev.Result.Body) != "done elsewhere" {
-			t.Fatalf("event on the other process: %+v", ev)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the other process's subscriber never heard the job complete")
+	release.Open()
+	if ev := recv(t, "the other process's subscriber to hear the job complete", sub.C); ev.Type != domain.EventCompleted ||
+		ev.Result == nil || string(ev.Result.Body) != "done elsewhere" {
+		t.Fatalf("event on the other process: %+v", ev)
 	}
 }
 
@@ -452,7 +525,7 @@ func TestClusterEventsReachOtherProcesses(t *testing.T) {
 // to the member, and both processes list the member.
 func TestClusterSharedPools(t *testing.T) {
 	member := newUpstream(t, nil)
-	h := newHub()
+	h := newHub(t)
 	a, b := h.start(t, "a", nil), h.start(t, "b", nil)
 	if _, err := a.RegisterMember(t.Context(), &domain.MemberRegistration{PoolID: "p", MemberID: "m1", Address: member.URL + "/work",
 		CapacityRPS: 50, HeartbeatInterval: 10 * time.Second}); err != nil {

@@ -52,8 +52,9 @@ func TestDrainFlushesThenClears(t *testing.T) {
 	})
 	b = setup(t, func(c *app.Config) {
 		c.L8 = app.L8Config{Identity: newTestIdentity(t), MissTTL: time.Hour}
-		c.Drain = app.DrainConfig{Enabled: true, WebhookURL: receiver.URL + "/drain", Idle: 100 * time.Millisecond,
-			Tick: 20 * time.Millisecond, PageSize: 2, RetryMin: 30 * time.Millisecond}
+		// The default timing: idle for 45 s, checked every 5 s, a failed
+		// flush retried after 5 s, doubling.
+		c.Drain = app.DrainConfig{Enabled: true, WebhookURL: receiver.URL + "/drain", PageSize: 2}
 	})
 	for i := range 5 {
 		id := b.enqueue(t, req(fmt.Sprint("d", i), target.URL+"/x"))
@@ -62,9 +63,23 @@ func TestDrainFlushesThenClears(t *testing.T) {
 	for _, id := range ids {
 		b.waitStatus(t, id, domain.StatusCompleted)
 	}
+	lastWork := now(t)
 	waitFor(t, "the drain state to be unassigned", func() bool {
 		return b.svc.Health(t.Context()).Drain.State == app.DrainUnassigned
 	})
+	// The flush starts once the instance has been idle for 45 s (seen at a
+	// 5 s tick), and a failed one is tried again 5 s, then 10 s later; the
+	// pages of the flush that works follow at once.
+	var posts []time.Duration
+	for _, h := range receiver.snapshot() {
+		if h.path == "/drain" {
+			posts = append(posts, h.at.Sub(lastWork))
+		}
+	}
+	if len(posts) != 5 || posts[0] < 45*time.Second || posts[0] > 50*time.Second ||
+		posts[1]-posts[0] != 5*time.Second || posts[2]-posts[1] != 10*time.Second || posts[4] != posts[2] {
+		t.Fatalf("drain POSTs at %v after the last work; want the first 45-50 s after it, then 5 s and 10 s later, then two more pages at once", posts)
+	}
 	mu.Lock()
 	got := append([]app.DrainPayload(nil), pages...)
 	mu.Unlock()

@@ -9,14 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aquiferhq/aquifer/internal/adapters/outbound/memory"
 	"github.com/aquiferhq/aquifer/internal/app"
-	"github.com/aquiferhq/aquifer/internal/clocktest"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
-
-var outageT0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
 // prodRetry is the default retry policy (1, 2, 4, 8 s): on the test's clock
 // it costs no time, and retries interleave with other work as in production.
@@ -26,19 +22,18 @@ var prodRetry = app.RetryPolicy{Attempts: 5, Backoff: []time.Duration{time.Secon
 // test's clock, when each request arrived.
 type flaky struct {
 	*upstream
-	clk  *clocktest.Clock
 	down atomic.Bool
 	mu   sync.Mutex
 	seen []time.Time // clock time of every request while down
 }
 
-func newFlaky(t *testing.T, clk *clocktest.Clock, okStatus int) *flaky {
-	f := &flaky{clk: clk}
+func newFlaky(t *testing.T, okStatus int) *flaky {
+	f := &flaky{}
 	f.down.Store(true)
 	f.upstream = newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
 		if f.down.Load() {
 			f.mu.Lock()
-			f.seen = append(f.seen, clk.Now())
+			f.seen = append(f.seen, now(t))
 			f.mu.Unlock()
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
@@ -74,20 +69,6 @@ func (m *circuitMetrics) got() []string {
 	return append([]string(nil), m.states...)
 }
 
-// drive advances clk in steps until cond holds. Work runs on real
-// goroutines between steps; timing is judged on clk alone.
-func drive(t *testing.T, clk *clocktest.Clock, step time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (clock at +%v)", what, clk.Now().Sub(outageT0))
-		}
-		clk.Advance(step)
-		time.Sleep(200 * time.Microsecond)
-	}
-}
-
 func laneCircuit(b *bundle, t *testing.T, lane string) app.CircuitHealth {
 	for _, l := range b.svc.Health(t.Context()).Lanes {
 		if l.Lane == lane {
@@ -97,10 +78,8 @@ func laneCircuit(b *bundle, t *testing.T, lane string) app.CircuitHealth {
 	return app.CircuitHealth{}
 }
 
-func outageSetup(t *testing.T, clk *clocktest.Clock, m ports.Metrics, o app.OutageConfig) *bundle {
+func outageSetup(t *testing.T, m ports.Metrics, o app.OutageConfig) *bundle {
 	return setup(t, func(c *app.Config) {
-		c.Clock = clk
-		c.Store = memory.New(clk.Now) // expiry on the test's clock too
 		c.Metrics = m
 		c.Outage = o
 		// One at a time: the failures, probes and their order are exact.
@@ -112,12 +91,10 @@ func outageSetup(t *testing.T, clk *clocktest.Clock, m ports.Metrics, o app.Outa
 func laneOf(u *upstream) string { return "http://" + strings.TrimPrefix(u.URL, "http://") }
 
 func TestOutageHoldsWorkProbesAndResumes(t *testing.T) {
-	t.Parallel()
-	clk := clocktest.New(outageT0)
-	dest := newFlaky(t, clk, http.StatusOK)
+	dest := newFlaky(t, http.StatusOK)
 	hooks := newHooks(t)
 	m := &circuitMetrics{}
-	b := outageSetup(t, clk, m, app.OutageConfig{FailureThreshold: 3, ProbeInterval: time.Second, MaxProbeInterval: 4 * time.Second})
+	b := outageSetup(t, m, app.OutageConfig{FailureThreshold: 3, ProbeInterval: time.Second, MaxProbeInterval: 4 * time.Second})
 	var ids []domain.JobID
 	for i := range 10 {
 		r := req(fmt.Sprintf("k%d", i), dest.URL+"/x")
@@ -125,8 +102,8 @@ func TestOutageHoldsWorkProbesAndResumes(t *testing.T) {
 		ids = append(ids, b.enqueue(t, r))
 	}
 	lane := laneOf(dest.upstream)
-	drive(t, clk, 5*time.Millisecond, "the circuit to open", func() bool { return laneCircuit(b, t, lane).State == "open" })
-	opened := clk.Now()
+	waitFor(t, "the circuit to open", func() bool { return laneCircuit(b, t, lane).State == "open" })
+	opened := now(t)
 	c := laneCircuit(b, t, lane)
 	if c.ConsecutiveFailures < 3 || c.LastError != "upstream returned 503" || c.SinceMS == 0 || c.NextProbeMS <= c.SinceMS {
 		t.Fatalf("open circuit in health: %+v", c)
@@ -150,15 +127,14 @@ func TestOutageHoldsWorkProbesAndResumes(t *testing.T) {
 
 	// While open, exactly one probe at a time, 1s, 2s, 4s, 4s apart.
 	before := len(dest.downHits())
-	drive(t, clk, 10*time.Millisecond, "four probes", func() bool { return len(dest.downHits()) >= before+4 })
+	waitFor(t, "four probes", func() bool { return len(dest.downHits()) >= before+4 })
 	hits := dest.downHits()[before:]
 	wantGaps := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second}
 	prev := opened
 	for i, want := range wantGaps {
-		// The wait starts when the failed probe's answer is in; the clock
-		// moves on while it travels, hence the slack.
-		gap := hits[i].Sub(prev)
-		if gap < want || gap > want+250*time.Millisecond {
+		// The wait starts when the failed probe's answer is in: on the
+		// test's clock, the instant it was sent.
+		if gap := hits[i].Sub(prev); gap != want {
 			t.Fatalf("probe %d came %v after the previous one, want %v (hits %v)", i+1, gap, want, hits)
 		}
 		prev = hits[i]
@@ -174,7 +150,7 @@ func TestOutageHoldsWorkProbesAndResumes(t *testing.T) {
 	// circuit opened (its retry can come before the next job's first try),
 	// never more than the threshold in all.
 	dest.down.Store(false)
-	drive(t, clk, 10*time.Millisecond, "every job to complete", func() bool {
+	waitFor(t, "every job to complete", func() bool {
 		for _, id := range ids {
 			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Status != domain.StatusCompleted {
 				return false
@@ -188,7 +164,7 @@ func TestOutageHoldsWorkProbesAndResumes(t *testing.T) {
 			t.Errorf("job %s: %d attempts counted, want at most 3", id, j.Attempts)
 		}
 	}
-	drive(t, clk, 10*time.Millisecond, "every webhook", func() bool { return hooks.count() >= len(ids) })
+	waitFor(t, "every webhook", func() bool { return hooks.count() >= len(ids) })
 	if got := len(hooks.payloads(t)); got != len(ids) {
 		t.Fatalf("%d webhooks, want %d", got, len(ids))
 	}
@@ -205,17 +181,15 @@ func TestOutageHoldsWorkProbesAndResumes(t *testing.T) {
 }
 
 func TestOutageHoldRunsOut(t *testing.T) {
-	t.Parallel()
-	clk := clocktest.New(outageT0)
 	hooks := newHooks(t)
-	b := outageSetup(t, clk, nil, app.OutageConfig{FailureThreshold: 2, ProbeInterval: time.Second, MaxHold: 10 * time.Second})
+	b := outageSetup(t, nil, app.OutageConfig{FailureThreshold: 2, ProbeInterval: time.Second, MaxHold: 10 * time.Second})
 	var ids []domain.JobID
 	for i := range 5 {
 		r := req(fmt.Sprintf("k%d", i), "http://127.0.0.1:1/refused") // nothing listens on port 1
 		r.WebhookURL = hooks.URL + "/hook"
 		ids = append(ids, b.enqueue(t, r))
 	}
-	drive(t, clk, 50*time.Millisecond, "every job to fail", func() bool {
+	waitFor(t, "every job to fail", func() bool {
 		for _, id := range ids {
 			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Status != domain.StatusFailed {
 				return false
@@ -223,8 +197,10 @@ func TestOutageHoldRunsOut(t *testing.T) {
 		}
 		return true
 	})
-	if held := clk.Now().Sub(outageT0); held < 10*time.Second {
-		t.Fatalf("jobs failed after %v, before the 10s hold ran out", held)
+	// Every job entered the queue at the start: each fails the moment
+	// its 10 s hold runs out, not before and not later.
+	if held := since(t); held != 10*time.Second {
+		t.Fatalf("jobs failed after %v, want when the 10s hold ran out", held)
 	}
 	for _, id := range ids {
 		j, _ := b.svc.Get(t.Context(), id)
@@ -235,7 +211,7 @@ func TestOutageHoldRunsOut(t *testing.T) {
 			t.Errorf("job %s spent all its %d attempts", id, j.Attempts)
 		}
 	}
-	drive(t, clk, 50*time.Millisecond, "every webhook", func() bool { return hooks.count() >= len(ids) })
+	waitFor(t, "every webhook", func() bool { return hooks.count() >= len(ids) })
 	for id, p := range hooks.payloads(t) {
 		if p.Status != "failed" || !strings.Contains(p.Reason, "max_outage_hold") {
 			t.Errorf("webhook for %s: %+v", id, p)
@@ -244,13 +220,9 @@ func TestOutageHoldRunsOut(t *testing.T) {
 }
 
 func TestOutageOfAWebhookReceiver(t *testing.T) {
-	t.Parallel()
-	clk := clocktest.New(outageT0)
 	dest := newUpstream(t, nil)
-	receiver := newFlaky(t, clk, http.StatusNoContent)
+	receiver := newFlaky(t, http.StatusNoContent)
 	b := setup(t, func(c *app.Config) {
-		c.Clock = clk
-		c.Store = memory.New(clk.Now)
 		c.Outage = app.OutageConfig{FailureThreshold: 3, ProbeInterval: time.Second}
 		c.Retry = prodRetry
 		// Dispatch all at once; deliver one at a time.
@@ -264,14 +236,21 @@ func TestOutageOfAWebhookReceiver(t *testing.T) {
 		ids = append(ids, b.enqueue(t, r))
 	}
 	lane := laneOf(receiver.upstream)
-	drive(t, clk, 5*time.Millisecond, "the receiver's circuit to open", func() bool { return laneCircuit(b, t, lane).State == "open" })
+	waitFor(t, "the receiver's circuit to open", func() bool { return laneCircuit(b, t, lane).State == "open" })
+	opened := now(t)
 	// Ten seconds of outage: probes only, no delivery fails.
-	drive(t, clk, 50*time.Millisecond, "ten seconds", func() bool { return clk.Now().Sub(outageT0) > 10*time.Second })
-	// Before it opened, a delivery may have been retried while the third
-	// job's came in; then only probes (at 1, 3 and 7 s). Without the
-	// circuit it would have been 8 deliveries × 5 attempts.
-	if n := len(receiver.downHits()); n > 12 {
-		t.Fatalf("%d deliveries tried during a 10s outage, want the few that opened it and the probes", n)
+	elapse(t, 10*time.Second)
+	// Three deliveries failed, one slot (1 ms) apart, and opened it; then
+	// only probes, 1, 2 and 4 s apart. Without the circuit it would have
+	// been 8 deliveries × 5 attempts.
+	hits := receiver.downHits()
+	var gaps []time.Duration
+	for i := 1; i < len(hits); i++ {
+		gaps = append(gaps, hits[i].Sub(hits[i-1]))
+	}
+	if fmt.Sprint(gaps) != "[1ms 1ms 1s 2s 4s]" || !hits[2].Equal(opened) {
+		t.Fatalf("deliveries tried during a 10s outage %v apart (opened at +%v, hits %v), want 3 that opened it 1ms apart, then probes 1s, 2s and 4s apart",
+			gaps, opened.Sub(testT0), hits)
 	}
 	for _, id := range ids {
 		j, _ := b.svc.Get(t.Context(), id)
@@ -280,7 +259,7 @@ func TestOutageOfAWebhookReceiver(t *testing.T) {
 		}
 	}
 	receiver.down.Store(false)
-	drive(t, clk, 10*time.Millisecond, "every delivery", func() bool {
+	waitFor(t, "every delivery", func() bool {
 		for _, id := range ids {
 			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Delivery == nil || j.Delivery.Status != domain.DeliveryDelivered {
 				return false
@@ -296,8 +275,6 @@ func TestOutageOfAWebhookReceiver(t *testing.T) {
 }
 
 func TestOneBadRequestFailsByItsOwnAttempts(t *testing.T) {
-	t.Parallel()
-	clk := clocktest.New(outageT0)
 	dest := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		if r.URL.Path == "/bad" {
 			w.WriteHeader(http.StatusInternalServerError)
@@ -306,13 +283,13 @@ func TestOneBadRequestFailsByItsOwnAttempts(t *testing.T) {
 		fmt.Fprint(w, "ok")
 	})
 	m := &circuitMetrics{}
-	b := outageSetup(t, clk, m, app.OutageConfig{FailureThreshold: 3})
+	b := outageSetup(t, m, app.OutageConfig{FailureThreshold: 3})
 	bad := b.enqueue(t, req("bad", dest.URL+"/bad"))
 	var good []domain.JobID
 	for i := range 20 {
 		good = append(good, b.enqueue(t, req(fmt.Sprintf("good%d", i), dest.URL+"/ok")))
 	}
-	drive(t, clk, 5*time.Millisecond, "the bad job to fail", func() bool {
+	waitFor(t, "the bad job to fail", func() bool {
 		j, _ := b.svc.Get(t.Context(), bad)
 		return j != nil && j.Status == domain.StatusFailed
 	})
@@ -320,7 +297,7 @@ func TestOneBadRequestFailsByItsOwnAttempts(t *testing.T) {
 	if j.Attempts != 5 || j.Result.Reason != "upstream returned 500" {
 		t.Fatalf("bad job: %d attempts, reason %q", j.Attempts, j.Result.Reason)
 	}
-	drive(t, clk, 5*time.Millisecond, "the good jobs to complete", func() bool {
+	waitFor(t, "the good jobs to complete", func() bool {
 		for _, id := range good {
 			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Status != domain.StatusCompleted {
 				return false
@@ -334,15 +311,13 @@ func TestOneBadRequestFailsByItsOwnAttempts(t *testing.T) {
 }
 
 func TestOutageDetectionOff(t *testing.T) {
-	t.Parallel()
-	clk := clocktest.New(outageT0)
-	dest := newFlaky(t, clk, http.StatusOK)
-	b := outageSetup(t, clk, nil, app.OutageConfig{FailureThreshold: -1})
+	dest := newFlaky(t, http.StatusOK)
+	b := outageSetup(t, nil, app.OutageConfig{FailureThreshold: -1})
 	var ids []domain.JobID
 	for i := range 4 {
 		ids = append(ids, b.enqueue(t, req(fmt.Sprintf("k%d", i), dest.URL+"/x")))
 	}
-	drive(t, clk, 5*time.Millisecond, "every job to fail by its retries", func() bool {
+	waitFor(t, "every job to fail by its retries", func() bool {
 		for _, id := range ids {
 			if j, _ := b.svc.Get(t.Context(), id); j == nil || j.Status != domain.StatusFailed {
 				return false
@@ -356,14 +331,12 @@ func TestOutageDetectionOff(t *testing.T) {
 }
 
 func TestProxyQueuesForADestinationThatIsDown(t *testing.T) {
-	t.Parallel()
-	clk := clocktest.New(outageT0)
-	dest := newFlaky(t, clk, http.StatusOK)
-	b := outageSetup(t, clk, nil, app.OutageConfig{FailureThreshold: 2})
+	dest := newFlaky(t, http.StatusOK)
+	b := outageSetup(t, nil, app.OutageConfig{FailureThreshold: 2})
 	a := b.enqueue(t, req("a", dest.URL+"/x"))
 	c := b.enqueue(t, req("c", dest.URL+"/x"))
 	lane := laneOf(dest.upstream)
-	drive(t, clk, 5*time.Millisecond, "the circuit to open", func() bool { return laneCircuit(b, t, lane).State == "open" })
+	waitFor(t, "the circuit to open", func() bool { return laneCircuit(b, t, lane).State == "open" })
 	// With its work cancelled the lane has no backlog; its circuit still
 	// knows the destination is down.
 	for _, id := range []domain.JobID{a, c} {

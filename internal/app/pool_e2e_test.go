@@ -3,6 +3,7 @@ package app_test
 import (
 	"fmt"
 	"net/http"
+	"sort"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +25,6 @@ func register(t *testing.T, b *bundle, id, url string, rps float64) {
 }
 
 func TestPoolFailoverAndShareOfAFailingMember(t *testing.T) {
-	t.Parallel()
 	var failing atomic.Bool
 	healthy1 := newUpstream(t, nil)
 	healthy2 := newUpstream(t, nil)
@@ -77,11 +77,10 @@ func TestPoolFailoverAndShareOfAFailingMember(t *testing.T) {
 }
 
 func TestPoolJobsWaitForMembers(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	b := setup(t, nil)
 	id := b.enqueue(t, poolReq("early"))
-	time.Sleep(50 * time.Millisecond)
+	elapse(t, time.Minute)
 	if j, _ := b.svc.Get(t.Context(), id); j.Status != domain.StatusQueued {
 		t.Fatalf("pool job with no members is %s; it should wait", j.Status)
 	}
@@ -93,7 +92,6 @@ func TestPoolJobsWaitForMembers(t *testing.T) {
 }
 
 func TestPoolCeilingIsTheSumOfMembers(t *testing.T) {
-	t.Parallel()
 	a := newUpstream(t, nil)
 	c := newUpstream(t, nil)
 	// The configured default (2 rps) must not cap the pool (the original's bug).
@@ -104,14 +102,15 @@ func TestPoolCeilingIsTheSumOfMembers(t *testing.T) {
 	for i := range 60 {
 		ids = append(ids, b.enqueue(t, poolReq(fmt.Sprint("sum", i))))
 	}
-	start := time.Now()
 	for _, id := range ids {
 		b.waitStatus(t, id, domain.StatusCompleted)
 	}
-	elapsed := time.Since(start)
-	// 60 jobs at 40 rps ≈ 1.5 s; at the 2 rps default it would take 30 s.
-	if elapsed > 12*time.Second { // generous: a loaded machine must not fail it
-		t.Fatalf("60 pool jobs took %v; the pool runs at the sum of its members (40 rps)", elapsed)
+	// 60 jobs at 40 rps: 59 slots of 25 ms; at the 2 rps default it would
+	// take 30 s.
+	hits := append(a.snapshot(), c.snapshot()...)
+	sort.Slice(hits, func(i, j int) bool { return hits[i].at.Before(hits[j].at) })
+	if span := hits[len(hits)-1].at.Sub(hits[0].at); span != 59*25*time.Millisecond {
+		t.Fatalf("60 pool jobs spanned %v; the pool runs at the sum of its members (40 rps): 1.475s", span)
 	}
 	if ratio := float64(a.count()) / float64(c.count()); ratio < 2.2 || ratio > 4 {
 		t.Fatalf("a (30 rps) / c (10 rps) = %d / %d", a.count(), c.count())
@@ -124,5 +123,44 @@ func TestPoolCeilingIsTheSumOfMembers(t *testing.T) {
 		if got := m.u.snapshot()[0].headers.Get("X-Aqueduct-Flow-Rate"); got != m.want {
 			t.Errorf("member flow rate header %q, want %q", got, m.want)
 		}
+	}
+}
+
+// TestPoolMembersThatStopHeartbeatingAreEvicted: a member that misses three
+// heartbeats in a row is evicted by the next pool sweep (every 5 s); one
+// that keeps heartbeating stays.
+func TestPoolMembersThatStopHeartbeatingAreEvicted(t *testing.T) {
+	up := newUpstream(t, nil)
+	b := setup(t, nil) // PoolSweep: the default 5 s
+	beat := func(id string) {
+		t.Helper()
+		if _, err := b.svc.RegisterMember(t.Context(), &domain.MemberRegistration{PoolID: "readers", MemberID: id,
+			Address: up.URL + "/" + id, CapacityRPS: 10, HeartbeatInterval: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members := func() []string {
+		var ids []string
+		for _, m := range b.svc.Pools(t.Context())["readers"].Members {
+			ids = append(ids, m.ID)
+		}
+		sort.Strings(ids)
+		return ids
+	}
+	beat("quiet")
+	beat("alive")
+	for range 3 {
+		elapse(t, 10*time.Second)
+		beat("alive")
+	}
+	// At +30 s quiet has missed three intervals exactly: not yet more than
+	// three, so the sweep at +30 s keeps it…
+	if got := fmt.Sprint(members()); got != "[alive quiet]" {
+		t.Fatalf("members at +%v: %s", since(t), got)
+	}
+	// …and the next one, at +35 s, evicts it.
+	waitFor(t, "the silent member to be evicted", func() bool { return fmt.Sprint(members()) == "[alive]" })
+	if since(t) != 35*time.Second {
+		t.Fatalf("evicted at +%v, want +35s (the first sweep more than 3 × 10 s after its heartbeat)", since(t))
 	}
 }

@@ -18,7 +18,6 @@ import (
 )
 
 func TestEnqueueDispatchesAndDeliversWebhook(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
@@ -64,7 +63,6 @@ func TestEnqueueDispatchesAndDeliversWebhook(t *testing.T) {
 }
 
 func TestHostHeaderSetsRequestHost(t *testing.T) {
-	t.Parallel()
 	var gotHost atomic.Value
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) { gotHost.Store(r.Host) })
 	b := setup(t, nil)
@@ -77,7 +75,6 @@ func TestHostHeaderSetsRequestHost(t *testing.T) {
 }
 
 func TestDuplicateReturnsExistingJobWithRealStatus(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	b := setup(t, nil)
 	id := b.enqueue(t, req("dup", up.URL))
@@ -92,7 +89,6 @@ func TestDuplicateReturnsExistingJobWithRealStatus(t *testing.T) {
 }
 
 func TestValidationErrorWritesNothing(t *testing.T) {
-	t.Parallel()
 	b := setup(t, nil)
 	_, err := b.svc.Enqueue(t.Context(), &domain.JobRequest{UserID: "u", IdempotentKey: "k", URL: "ftp://x/"})
 	if domain.CodeOf(err) != domain.CodeInvalid {
@@ -104,7 +100,6 @@ func TestValidationErrorWritesNothing(t *testing.T) {
 }
 
 func TestRetriesServerErrorsThenFails(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
 		w.WriteHeader(500 + n) // 501, 502, ... so the final reason is visible
 		fmt.Fprintf(w, "boom %d", n)
@@ -122,12 +117,12 @@ func TestRetriesServerErrorsThenFails(t *testing.T) {
 	if j.Attempts != 5 || j.Result.ResponseStatus != 505 || j.Result.Reason != "upstream returned 505" || string(j.Result.Body) != "boom 5" {
 		t.Fatalf("failed job = attempts %d result %+v", j.Attempts, j.Result)
 	}
-	// Backoff between attempts grows (5, 10, 20, 40 ms here).
+	// Backoff between attempts grows (5, 10, 20, 40 ms here), exactly.
 	hits := up.snapshot()
 	for i := 1; i < len(hits); i++ {
 		want := []time.Duration{5, 10, 20, 40}[i-1] * time.Millisecond
-		if gap := hits[i].at.Sub(hits[i-1].at); gap < want {
-			t.Errorf("gap before attempt %d = %v, want >= %v", i+1, gap, want)
+		if gap := hits[i].at.Sub(hits[i-1].at); gap != want {
+			t.Errorf("gap before attempt %d = %v, want %v", i+1, gap, want)
 		}
 	}
 	waitFor(t, "failure webhook", func() bool { return hk.count() == 1 })
@@ -138,10 +133,8 @@ func TestRetriesServerErrorsThenFails(t *testing.T) {
 }
 
 func TestClientErrorsCompleteWithoutRetry(t *testing.T) {
-	t.Parallel()
 	for _, code := range []int{400, 404, 422} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
-			t.Parallel()
 			up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(code) })
 			b := setup(t, nil)
 			j := b.waitStatus(t, b.enqueue(t, req("c", up.URL)), domain.StatusCompleted)
@@ -153,7 +146,6 @@ func TestClientErrorsCompleteWithoutRetry(t *testing.T) {
 }
 
 func TestTransportErrorsRetryThenFail(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	url := up.URL
 	up.Close() // connection refused from now on
@@ -165,7 +157,6 @@ func TestTransportErrorsRetryThenFail(t *testing.T) {
 }
 
 func TestRecoversAfterTransientFailure(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
 		if n < 3 {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -181,7 +172,6 @@ func TestRecoversAfterTransientFailure(t *testing.T) {
 }
 
 func TestResponseBodyIsTruncatedAtLimit(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { fmt.Fprint(w, strings.Repeat("a", 5000)) })
 	b := setup(t, func(c *app.Config) { c.MaxResponseBytes = 100 })
 	j := b.waitStatus(t, b.enqueue(t, req("big", up.URL)), domain.StatusCompleted)
@@ -190,21 +180,19 @@ func TestResponseBodyIsTruncatedAtLimit(t *testing.T) {
 	}
 }
 
+// The request timeout is a real context deadline: the first
+// attempt's request stays in flight, holding the test's clock, until it
+// runs out. (250 ms: the second attempt, which answers at once, must not
+// run out too on a busy machine.)
 func TestRequestTimeoutIsRetryable(t *testing.T) {
-	t.Parallel()
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if n == 1 {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
+			<-r.Context().Done()
 			return
 		}
 		fmt.Fprint(w, "second time lucky")
 	})
-	b := setup(t, func(c *app.Config) { c.RequestTimeout = 50 * time.Millisecond })
+	b := setup(t, func(c *app.Config) { c.RequestTimeout = 250 * time.Millisecond })
 	j := b.waitStatus(t, b.enqueue(t, req("slow", up.URL)), domain.StatusCompleted)
 	if j.Attempts != 2 {
 		t.Fatalf("attempts = %d, want 2 (first timed out)", j.Attempts)
@@ -212,12 +200,8 @@ func TestRequestTimeoutIsRetryable(t *testing.T) {
 }
 
 func TestPacingSpacesStartsAndBoundsConcurrency(t *testing.T) {
-	t.Parallel()
-	block := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(block) }) }
-	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { <-block })
-	t.Cleanup(release) // a failing assertion must not leave handlers blocked
+	block := newGate(t)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) { block.Wait(r.Context()) })
 	host := strings.TrimPrefix(up.URL, "http://")
 	b := setup(t, func(c *app.Config) {
 		c.Rates.Hosts = map[string]domain.Rate{host: {RPS: 50, MaxConcurrent: 3}}
@@ -226,32 +210,120 @@ func TestPacingSpacesStartsAndBoundsConcurrency(t *testing.T) {
 		b.enqueue(t, req(fmt.Sprint("p", i), up.URL))
 	}
 	waitFor(t, "3 running", func() bool { return up.count() == 3 })
-	time.Sleep(100 * time.Millisecond) // give a broken gate the chance to start a 4th
+	elapse(t, time.Second) // fifty slots: a broken gate would start a 4th
 	if n := up.count(); n != 3 {
 		t.Fatalf("%d requests running with max_concurrent 3", n)
 	}
-	release()
+	released := now(t)
+	block.Open()
 	waitFor(t, "all 10", func() bool { return up.count() == 10 })
 	if m := up.maxConc.Load(); m > 3 {
 		t.Fatalf("max concurrency observed %d, limit 3", m)
 	}
-	// Starts 1-3 are paced before the gate closes; 4-10 after the release.
-	// Arrival times at the upstream include scheduling jitter, so check the
-	// span of each paced run rather than single gaps: a limiter that does not
-	// pace at all would squeeze either run to ~0.
+	// Starts 1-3 are paced before the gate closes, one slot (20 ms) apart;
+	// 4-10 after the release: the first at once (the lane was idle for
+	// longer than a slot, so there is no backlog of slots to catch up on),
+	// then one slot apart again.
 	hits := up.snapshot()
 	interval := time.Second / 50
-	slack := 20 * time.Millisecond // a loaded machine delays single arrivals; no pacing at all would give ~0
-	if span := hits[2].at.Sub(hits[0].at); span < 2*interval-slack {
-		t.Errorf("starts 1-3 spanned %v, want >= %v at 50 rps", span, 2*interval)
-	}
-	if span := hits[9].at.Sub(hits[3].at); span < 6*interval-slack {
-		t.Errorf("starts 4-10 spanned %v, want >= %v at 50 rps", span, 6*interval)
+	for i := 1; i < len(hits); i++ {
+		want, from, after := interval, hits[i-1].at, "the previous one"
+		if i == 3 {
+			want, from, after = 0, released, "the release"
+		}
+		if gap := hits[i].at.Sub(from); gap != want {
+			t.Errorf("start %d came %v after %s, want %v at 50 rps", i+1, gap, after, want)
+		}
 	}
 }
 
+// TestWallClockPacing is the real-time sanity check of pacing: the fake
+// clock proves the lane asks for the right waits; this proves real timers
+// give it them. (Not parallel: a busy machine delays single arrivals.)
+//
+// wall clock: it measures real time on purpose.
+func TestWallClockPacing(t *testing.T) {
+	wallClock(t)
+	up := newUpstream(t, nil)
+	b := setup(t, func(c *app.Config) {
+		c.Rates.Hosts = map[string]domain.Rate{hostOf(up): {RPS: 20, MaxConcurrent: 1}}
+		c.Rand = nil // the default jitter
+	})
+	for i := range 8 {
+		b.enqueue(t, req(fmt.Sprint("w", i), up.URL))
+	}
+	waitFor(t, "all 8", func() bool { return up.count() == 8 })
+	// Starts keep to a grid 50 ms apart: a loaded machine delays arrivals
+	// but cannot make them early (the first one, which also connects, may
+	// be delayed most: a slot of slack). A limiter that did not pace would
+	// squeeze the span to ~0.
+	hits := up.snapshot()
+	interval := time.Second / 20
+	if span := hits[7].at.Sub(hits[0].at); span < 6*interval {
+		t.Errorf("starts 1-8 spanned %v, want >= %v (7 slots of %v, less one)", span, 6*interval, interval)
+	}
+}
+
+// markSpy records, on the test's clock, when jobs are recorded in_flight.
+type markSpy struct {
+	*memory.Store
+	now   func() time.Time
+	mu    sync.Mutex
+	marks map[domain.JobID]time.Time
+}
+
+func (s *markSpy) MarkInFlight(ctx context.Context, p *ports.MarkInFlightParams) error {
+	s.mu.Lock()
+	s.marks[p.ID] = s.now()
+	s.mu.Unlock()
+	return s.Store.MarkInFlight(ctx, p)
+}
+
+func (s *markSpy) Unwrap() *memory.Store { return s.Store }
+
+func (s *markSpy) markedAt(id domain.JobID) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.marks[id]
+	return at, ok
+}
+
+// TestInFlightIsRecordedOnlyForLongAttempts: an attempt is written to the
+// store as in_flight once it has run for PersistInFlightAfter (1 s), and a
+// shorter one never is.
+func TestInFlightIsRecordedOnlyForLongAttempts(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.URL.Path == "/long" {
+			sleep(t, r.Context(), 3*time.Second)
+		} else {
+			sleep(t, r.Context(), 999*time.Millisecond)
+		}
+	})
+	spy := &markSpy{Store: newStore(t), now: clockOf(t).now, marks: map[domain.JobID]time.Time{}}
+	b := setup(t, func(c *app.Config) { c.Store = spy })
+	short := b.enqueue(t, req("short", up.URL+"/short"))
+	long := b.enqueue(t, req("long", up.URL+"/long"))
+	b.waitStatus(t, short, domain.StatusCompleted)
+	if at, ok := spy.markedAt(short); ok {
+		t.Fatalf("a 999 ms attempt was recorded in_flight at +%v", at.Sub(testT0))
+	}
+	waitFor(t, "the long attempt to be recorded", func() bool { _, ok := spy.markedAt(long); return ok })
+	var started time.Time
+	for _, h := range up.snapshot() {
+		if h.path == "/long" {
+			started = h.at
+		}
+	}
+	if at, _ := spy.markedAt(long); at.Sub(started) != time.Second {
+		t.Fatalf("the long attempt was recorded in_flight %v after it started, want 1s", at.Sub(started))
+	}
+	if j, _ := b.store.Get(t.Context(), long); j.Status != domain.StatusInFlight {
+		t.Fatalf("the long attempt is %s in the store after 1 s", j.Status)
+	}
+	b.waitStatus(t, long, domain.StatusCompleted)
+}
+
 func TestWindowPagesBacklogInFIFOOrder(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	host := strings.TrimPrefix(up.URL, "http://")
 	// With a window of 4, most jobs cannot be handed to the lane directly and
@@ -277,22 +349,21 @@ func TestWindowPagesBacklogInFIFOOrder(t *testing.T) {
 }
 
 func TestStartRecoversQueuedAndInFlightJobsInOrder(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	host := strings.TrimPrefix(up.URL, "http://")
 	// Rows left by a crashed run, some of them in flight.
-	store := memory.New(nil)
+	store := newStore(t)
 	u, _ := domain.UpstreamOf(up.URL)
 	gen := domain.NewIDGenerator(nil)
 	var ids []domain.JobID
 	for i := range 6 {
-		j := domain.NewJob(gen.New(), req(fmt.Sprintf("r%d", i), up.URL), domain.SharedQueue(u), time.Now())
+		j := domain.NewJob(gen.New(), req(fmt.Sprintf("r%d", i), up.URL), domain.SharedQueue(u), now(t))
 		stored, _, err := store.Insert(t.Context(), j)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if i%2 == 0 {
-			_ = store.MarkInFlight(t.Context(), &ports.MarkInFlightParams{ID: stored.ID, At: time.Now()})
+			_ = store.MarkInFlight(t.Context(), &ports.MarkInFlightParams{ID: stored.ID, At: now(t)})
 		}
 		ids = append(ids, stored.ID)
 	}
@@ -312,7 +383,6 @@ func TestStartRecoversQueuedAndInFlightJobsInOrder(t *testing.T) {
 }
 
 func TestPanicFailsOnlyThatJob(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	hk := newHooks(t)
 	b := setup(t, func(c *app.Config) {
@@ -346,7 +416,6 @@ func (p panicky) Do(r *http.Request) (*http.Response, error) {
 }
 
 func TestWebhookEnqueuedOncePerJob(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	hk := newHooks(t)
 	b := setup(t, nil)
@@ -357,8 +426,8 @@ func TestWebhookEnqueuedOncePerJob(t *testing.T) {
 		ids = append(ids, b.enqueue(t, r))
 	}
 	waitFor(t, "20 webhooks", func() bool { return hk.count() >= 20 })
-	time.Sleep(50 * time.Millisecond)
-	got := hk.payloads(t) // fails the test on a duplicate delivery
+	elapse(t, time.Minute) // long past any retry: a second delivery would be in
+	got := hk.payloads(t)  // fails the test on a duplicate delivery
 	for _, id := range ids {
 		if _, ok := got[string(id)]; !ok {
 			t.Errorf("no webhook for %s", id)
@@ -367,7 +436,6 @@ func TestWebhookEnqueuedOncePerJob(t *testing.T) {
 }
 
 func TestWebhookRetriesOnServerError(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	var calls atomic.Int64
 	hk := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
@@ -393,7 +461,6 @@ func TestWebhookRetriesOnServerError(t *testing.T) {
 }
 
 func TestWebhookGivesUpAfterRetries(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	hk := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(http.StatusServiceUnavailable) })
 	b := setup(t, nil)
@@ -412,7 +479,6 @@ func TestWebhookGivesUpAfterRetries(t *testing.T) {
 }
 
 func TestWebhookToSameHostAsTarget(t *testing.T) {
-	t.Parallel()
 	// Dispatch and delivery wait in the same lane, one after the other.
 	var hooks atomic.Int64
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
@@ -431,7 +497,6 @@ func TestWebhookToSameHostAsTarget(t *testing.T) {
 }
 
 func TestSecretsNeverLogged(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { w.WriteHeader(503) })
 	b := setup(t, func(c *app.Config) { c.Retry.Attempts = 2 })
 	r := req("secret", up.URL)
@@ -446,17 +511,26 @@ func TestSecretsNeverLogged(t *testing.T) {
 	}
 }
 
-func TestStopWaitsForRunningAttemptsThenAborts(t *testing.T) {
+// TestStopAbortsRunningAttemptsAndARestartRunsThemAgain: Stop waits for
+// running attempts until its context ends, then aborts them; their jobs
+// stay unfinished, and the next process on the store runs them again.
+//
+// wall clock: Stop's deadline is a real context deadline, and the kill and
+// restart are those of a process.
+func TestStopAbortsRunningAttemptsAndARestartRunsThemAgain(t *testing.T) {
+	wallClock(t)
 	t.Parallel()
-	release := make(chan struct{})
+	release := newGate(t)
+	var calls atomic.Int64
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
+		if calls.Add(1) == 1 {
+			release.Wait(r.Context()) // the first attempt never ends by itself
+			return
 		}
+		fmt.Fprint(w, "second process")
 	})
-	defer close(release)
-	b := setup(t, nil)
+	store := newStore(t)
+	b := setup(t, func(c *app.Config) { c.Store = store })
 	id := b.enqueue(t, req("stuck", up.URL))
 	waitFor(t, "attempt running", func() bool { return up.count() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -470,55 +544,92 @@ func TestStopWaitsForRunningAttemptsThenAborts(t *testing.T) {
 	if err != nil || j.Status.Terminal() {
 		t.Fatalf("aborted job = %+v, %v; want it still pending", j, err)
 	}
-	if _, err := b.svc.Enqueue(t.Context(), req("late", up.URL)); err != nil {
+	late, err := b.svc.Enqueue(t.Context(), req("late", up.URL))
+	if err != nil {
 		// Enqueue after Stop still stores the job (it is recovered at the
 		// next start); only dispatch stops.
 		t.Fatalf("Enqueue after Stop: %v", err)
 	}
+	// A new process on the same store runs both.
+	again := setup(t, func(c *app.Config) { c.Store = store })
+	for _, id := range []domain.JobID{id, late.JobID} {
+		if j := again.waitStatus(t, id, domain.StatusCompleted); string(j.Result.Body) != "second process" {
+			t.Fatalf("job %s after the restart: %+v", id, j.Result)
+		}
+	}
 }
 
 func TestIdleLanesAreCollected(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
-	b := setup(t, func(c *app.Config) { c.LaneIdleTimeout = 30 * time.Millisecond })
+	const idle = 30 * time.Second
+	b := setup(t, func(c *app.Config) { c.LaneIdleTimeout = idle })
 	b.waitStatus(t, b.enqueue(t, req("a", up.URL)), domain.StatusCompleted)
+	done := up.snapshot()[0].at
+	// An empty lane lives for the idle timeout (its queue idles out first,
+	// then the lane itself), not less, and is collected by twice it.
+	elapse(t, idle-time.Millisecond)
+	if n := len(b.svc.Health(t.Context()).Lanes); n != 1 {
+		t.Fatalf("%d lanes %v after the job: collected before its idle timeout", n, since(t))
+	}
 	waitFor(t, "lane collected", func() bool { return len(b.svc.Health(t.Context()).Lanes) == 0 })
+	if at := now(t).Sub(done); at > 2*idle {
+		t.Fatalf("lane collected %v after its last work, want within %v", at, 2*idle)
+	}
 	// A new job recreates it.
 	b.waitStatus(t, b.enqueue(t, req("b", up.URL)), domain.StatusCompleted)
 }
 
+// purgeSpy counts the rows the sweep purges.
+type purgeSpy struct {
+	*memory.Store
+	purged atomic.Int64
+}
+
+func (s *purgeSpy) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
+	n, err := s.Store.Purge(ctx, p)
+	s.purged.Add(int64(n))
+	return n, err
+}
+
+func (s *purgeSpy) Unwrap() *memory.Store { return s.Store }
+
 func TestSweepPurgesExpiredAndRequeuesStale(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
-	b := setup(t, func(c *app.Config) { c.SweepInterval = 20 * time.Millisecond; c.StaleAfter = time.Minute })
+	ps := &purgeSpy{Store: newStore(t)}
+	b := setup(t, func(c *app.Config) { c.Store = ps; c.StaleAfter = time.Minute }) // the default sweep: every minute
 	u, _ := domain.UpstreamOf(up.URL)
 	gen := domain.NewIDGenerator(nil)
 	// An expired row…
-	old := domain.NewJob(gen.New(), req("old", up.URL), domain.SharedQueue(u), time.Now().Add(-25*time.Hour))
-	old.ExpiresAt = time.Now().Add(-time.Hour)
+	old := domain.NewJob(gen.New(), req("old", up.URL), domain.SharedQueue(u), now(t).Add(-25*time.Hour))
+	old.ExpiresAt = now(t).Add(-time.Hour)
 	old.Status = domain.StatusCompleted
 	if _, _, err := b.store.Insert(t.Context(), old); err != nil {
 		t.Fatal(err)
 	}
 	// …and one stuck in flight for ten minutes that no attempt is running.
-	stuck := domain.NewJob(gen.New(), req("stuck", up.URL), domain.SharedQueue(u), time.Now())
+	stuck := domain.NewJob(gen.New(), req("stuck", up.URL), domain.SharedQueue(u), now(t))
 	stuck.Status = domain.StatusInFlight
-	stuck.DispatchedAt = time.Now().Add(-10 * time.Minute)
+	stuck.DispatchedAt = now(t).Add(-10 * time.Minute)
 	if _, _, err := b.store.Insert(t.Context(), stuck); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "purge", func() bool {
-		_, err := b.store.Get(t.Context(), old.ID)
-		c, _ := b.store.Counts(t.Context())
-		return errors.Is(err, domain.ErrNotFound) && c.Total() <= 1
-	})
+	elapse(t, time.Minute-time.Millisecond)
+	if j, _ := b.store.Get(t.Context(), stuck.ID); j.Status != domain.StatusInFlight || up.count() != 0 || ps.purged.Load() != 0 {
+		t.Fatalf("before the first sweep: stuck job %s, %d dispatches, %d rows purged", j.Status, up.count(), ps.purged.Load())
+	}
+	waitFor(t, "purge", func() bool { return ps.purged.Load() == 1 })
+	if since(t) != time.Minute {
+		t.Fatalf("the sweep ran at +%v, want +1m (SweepInterval)", since(t))
+	}
+	if _, err := b.store.Get(t.Context(), old.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("purged row: %v", err)
+	}
 	b.waitStatus(t, stuck.ID, domain.StatusCompleted)
 }
 
 func TestGetAndSubscribe(t *testing.T) {
-	t.Parallel()
-	release := make(chan struct{})
-	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { <-release; fmt.Fprint(w, "done") })
+	release := newGate(t)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) { release.Wait(r.Context()); fmt.Fprint(w, "done") })
 	b := setup(t, nil)
 	if _, err := b.svc.Get(t.Context(), "nope"); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("Get(malformed) = %v", err)
@@ -536,19 +647,13 @@ func TestGetAndSubscribe(t *testing.T) {
 	if j.Status != domain.StatusInFlight {
 		t.Fatalf("running job reported as %s", j.Status)
 	}
-	close(release)
-	select {
-	case ev := <-sub.C:
-		if ev.Type != domain.EventCompleted || string(ev.Result.Body) != "done" {
-			t.Fatalf("event = %+v", ev)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no completed event")
+	release.Open()
+	if ev := recv(t, "the completed event", sub.C); ev.Type != domain.EventCompleted || string(ev.Result.Body) != "done" {
+		t.Fatalf("event = %+v", ev)
 	}
 }
 
 func TestHealth(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	b := setup(t, func(c *app.Config) { c.MaxBodyBytes = 1234 })
 	b.waitStatus(t, b.enqueue(t, req("h", up.URL)), domain.StatusCompleted)
@@ -563,7 +668,6 @@ func TestHealth(t *testing.T) {
 }
 
 func TestStoreFailureIsUnavailable(t *testing.T) {
-	t.Parallel()
 	b := setup(t, nil)
 	_ = b.store.Close()
 	_, err := b.svc.Enqueue(t.Context(), req("x", "http://127.0.0.1:1/"))

@@ -64,25 +64,25 @@ func (s *faultyStore) FinishDelivery(ctx context.Context, p *ports.FinishDeliver
 func (s *faultyStore) Unwrap() *memory.Store { return s.Store }
 
 // storeFaultSetup runs the service on a faultyStore whose in-flight marks
-// are written at once and whose stale sweep runs every few milliseconds
-// with a tiny StaleAfter: a job left in_flight would be dispatched again at
-// once, unless the process still counts it as executing.
+// are written at once and whose stale sweep runs every 10 ms with a tiny
+// StaleAfter: a job left in_flight would be dispatched again at once (many
+// times during the write retries, 50 ms doubling), unless the process
+// still counts it as executing.
 func storeFaultSetup(t *testing.T, fs *faultyStore) *bundle {
 	return setup(t, func(c *app.Config) {
 		c.Store = fs
 		c.PersistInFlightAfter = -1
 		c.StaleAfter = time.Millisecond
-		c.SweepInterval = 5 * time.Millisecond
+		c.SweepInterval = 10 * time.Millisecond
 	})
 }
 
 // A result write that fails is retried until it commits: the job completes
 // once, is not sent again meanwhile, and its webhook goes out once.
 func TestFailedResultWriteIsRetriedNotRedispatched(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
 	hk := newHooks(t)
-	fs := &faultyStore{Store: memory.New(nil)}
+	fs := &faultyStore{Store: newStore(t)}
 	fs.failFinish.Store(4)
 	b := storeFaultSetup(t, fs)
 	r := req("k1", up.URL+"/x")
@@ -100,8 +100,7 @@ func TestFailedResultWriteIsRetriedNotRedispatched(t *testing.T) {
 	if n := fs.finishCalls.Load(); n != 5 {
 		t.Fatalf("Finish called %d times, want 5 (4 failures, then the commit)", n)
 	}
-	// Let the sweep run a few more times over the finished job.
-	time.Sleep(50 * time.Millisecond)
+	elapse(t, 50*time.Millisecond) // the sweep runs five more times over the finished job
 	if n := up.count(); n != 1 {
 		t.Fatalf("upstream got %d requests, want 1: the job was dispatched again while its result was being recorded", n)
 	}
@@ -117,14 +116,13 @@ func TestFailedResultWriteIsRetriedNotRedispatched(t *testing.T) {
 // outcome: the job runs twice (a 500, then a 200) and its webhook goes out
 // once.
 func TestFailedRetryAndDeliveryWritesAreRetried(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
 		if n == 1 {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
 	})
 	hk := newHooks(t)
-	fs := &faultyStore{Store: memory.New(nil)}
+	fs := &faultyStore{Store: newStore(t)}
 	fs.failRequeue.Store(3)
 	fs.failDelivery.Store(3)
 	b := storeFaultSetup(t, fs)
@@ -147,7 +145,7 @@ func TestFailedRetryAndDeliveryWritesAreRetried(t *testing.T) {
 	if n := fs.deliveryCalls.Load(); n != 4 {
 		t.Fatalf("FinishDelivery called %d times, want 4", n)
 	}
-	time.Sleep(50 * time.Millisecond)
+	elapse(t, 50*time.Millisecond) // five more sweeps
 	if n := up.count(); n != 2 {
 		t.Fatalf("upstream got %d requests, want 2", n)
 	}
@@ -160,9 +158,8 @@ func TestFailedRetryAndDeliveryWritesAreRetried(t *testing.T) {
 // store: the attempt gives up (the job stays unfinished in the store, for
 // the next start) and Stop returns without hitting its deadline.
 func TestStopWhileRetryingAResultWriteIsPrompt(t *testing.T) {
-	t.Parallel()
 	up := newUpstream(t, nil)
-	fs := &faultyStore{Store: memory.New(nil)}
+	fs := &faultyStore{Store: newStore(t)}
 	fs.failFinish.Store(-1)
 	b := storeFaultSetup(t, fs)
 	id := b.enqueue(t, req("k1", up.URL+"/x"))
@@ -203,8 +200,7 @@ func (s *writeFailingStore) Unwrap() *memory.Store { return s.Store }
 // Health is degraded, with the reason, while the store's writes fail, even
 // though it answers reads; and ok again once they commit.
 func TestHealthShowsAStoreThatCannotWrite(t *testing.T) {
-	t.Parallel()
-	fs := &writeFailingStore{Store: memory.New(nil)}
+	fs := &writeFailingStore{Store: newStore(t)}
 	b := setup(t, func(c *app.Config) { c.Store = fs })
 	h := b.svc.Health(t.Context())
 	if h.Status != "ok" || !h.Store.OK || !h.Store.Writable || h.Store.Error != "" {

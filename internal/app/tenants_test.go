@@ -3,6 +3,7 @@ package app_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -45,10 +46,13 @@ func TestTenantCapPacesOnlyThatTenant(t *testing.T) {
 	}
 	sort.Slice(slowAt, func(i, j int) bool { return slowAt[i].Before(slowAt[j]) })
 	slowRate := float64(len(slowAt)-1) / slowAt[len(slowAt)-1].Sub(slowAt[0]).Seconds()
-	if slowRate > 10*1.1 {
+	if math.Abs(slowRate-10) > 1e-6 {
 		t.Fatalf("the capped tenant ran at %.1f rps; its cap is 10", slowRate)
 	}
 	sort.Slice(fastAt, func(i, j int) bool { return fastAt[i].Before(fastAt[j]) })
+	if fastRate := float64(len(fastAt)-1) / fastAt[len(fastAt)-1].Sub(fastAt[0]).Seconds(); fastRate < 10*1.5 {
+		t.Fatalf("the uncapped tenant ran at %.1f rps: held to the other's cap", fastRate)
+	}
 	if fastAt[len(fastAt)-1].After(slowAt[len(slowAt)-1]) {
 		t.Fatal("the uncapped tenant's 40 jobs finished after the capped tenant's 12: it was held back by the other's cap")
 	}

@@ -13,6 +13,9 @@ import (
 type Clock interface {
 	Now() time.Time
 	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f on its own goroutine once d has passed, as
+	// time.AfterFunc does; the returned Timer's C is nil.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is the subset of *time.Timer the app uses.
@@ -30,6 +33,9 @@ func (SystemClock) Now() time.Time { return time.Now() }
 
 // NewTimer returns a real timer.
 func (SystemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
+
+// AfterFunc returns time.AfterFunc(d, f).
+func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return sysTimer{time.AfterFunc(d, f)} }
 
 type sysTimer struct{ t *time.Timer }
 

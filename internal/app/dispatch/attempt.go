@@ -481,7 +481,11 @@ func readLimited(r io.Reader, size, limit int64) ([]byte, bool, error) {
 func (d *Dispatcher) markInFlightLater(j *domain.Job, at time.Time) (stop func()) {
 	id, seq := j.ID, j.Seq
 	mark := func() {
-		if err := d.cfg.Store.MarkInFlight(d.runCtx, &ports.MarkInFlightParams{ID: id, Seq: seq, At: at}); err != nil && d.runCtx.Err() == nil {
+		err := d.cfg.Store.MarkInFlight(d.runCtx, &ports.MarkInFlightParams{ID: id, Seq: seq, At: at})
+		switch {
+		case err == nil:
+			d.recordedInFlight(id)
+		case d.runCtx.Err() == nil:
 			d.log.Warn("mark in flight failed", zap.String("job_id", string(id)), zap.Error(err))
 		}
 	}
@@ -489,7 +493,7 @@ func (d *Dispatcher) markInFlightLater(j *domain.Job, at time.Time) (stop func()
 		mark()
 		return func() {}
 	}
-	t := time.AfterFunc(d.cfg.PersistInFlightAfter, mark)
+	t := d.cfg.Clock.AfterFunc(d.cfg.PersistInFlightAfter, mark)
 	return func() { t.Stop() }
 }
 

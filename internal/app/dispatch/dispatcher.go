@@ -68,6 +68,9 @@ const cancelHold = 2 * time.Minute
 type execInfo struct {
 	lane domain.QueueKey
 	seq  int64
+	// recorded: the store has the job as in_flight (a long attempt, see
+	// markInFlightLater), so it no longer counts it as waiting.
+	recorded bool
 }
 
 // New returns a dispatcher; Start starts its lanes. cfg is completed with
@@ -89,7 +92,7 @@ func New(cfg Config, deps Deps) *Dispatcher {
 		lanes:     make(map[domain.UpstreamKey]*lane),
 		executing: make(map[domain.JobID]execInfo),
 		canceled:  make(map[domain.JobID]time.Time),
-		workers:   newWorkers(30 * time.Second),
+		workers:   newWorkers(cfg.Clock, 30*time.Second),
 	}
 	if d.owner == nil {
 		d.owner = SingleProcess{}
@@ -481,17 +484,29 @@ func (d *Dispatcher) EndDispatch(id domain.JobID) {
 	delete(d.executing, id)
 }
 
-// ExecutingAhead counts running dispatch attempts of lane ahead of seq.
+// ExecutingAhead counts running dispatch attempts of lane ahead of seq that
+// the store still counts as waiting (not recorded as in_flight).
 func (d *Dispatcher) ExecutingAhead(lane domain.QueueKey, seq int64) int {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	n := 0
 	for _, e := range d.executing {
-		if e.lane == lane && e.seq < seq {
+		if e.lane == lane && e.seq < seq && !e.recorded {
 			n++
 		}
 	}
 	return n
+}
+
+// recordedInFlight notes that the store has id's running attempt as
+// in_flight.
+func (d *Dispatcher) recordedInFlight(id domain.JobID) {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	if e, ok := d.executing[id]; ok {
+		e.recorded = true
+		d.executing[id] = e
+	}
 }
 
 func (d *Dispatcher) Executing(id domain.JobID) bool {

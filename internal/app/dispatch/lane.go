@@ -371,6 +371,7 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 			// waited too long fail.
 			return minPositive(wait, l.failOverdue(now))
 		}
+		turn := l.next
 		q := l.pick(now)
 		if q == nil {
 			return 0
@@ -380,7 +381,8 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		if poolID != "" && q.window[0].Phase() == domain.PhaseDispatch {
 			id, addr, rate, wait, ok := l.d.pools.Pick(poolID, q.avoid[q.window[0].ReadySeq])
 			if !ok {
-				return wait // every member paused or busy: a completion or a pause's end wakes the lane
+				l.next = turn // nothing started: q keeps its turn
+				return wait   // every member paused or busy: a completion or a pause's end wakes the lane
 			}
 			// The member hears its own share of the pool's rate.
 			member, target, flowRate = id, addr, []string{load.FormatRate(rate)}
@@ -389,6 +391,10 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 			if member != "" {
 				l.d.pools.Unpick(poolID, member)
 			}
+			// Nothing started: q keeps its turn. (Moving on would hand the
+			// next slot to the queue before it again, every time: with room
+			// for more than one attempt, one tenant would take every slot.)
+			l.next = turn
 			return wait + pacing.Jitter(l.limiter.Interval(), l.d.cfg.Rand)
 		}
 		if q.limiter != nil {

@@ -3,81 +3,30 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"sync"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/clocktest"
 	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// stepClock is a fake ports.Clock: time moves only when the test advances
-// it, and every timer made is announced on made so the test can see the
-// wait asked for.
-type stepClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*stepTimer
-	made   chan time.Duration
-}
+var t0 = time.Unix(1_700_000_000, 0)
 
-func newStepClock() *stepClock {
-	return &stepClock{now: time.Unix(1_700_000_000, 0), made: make(chan time.Duration, 64)}
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) NewTimer(d time.Duration) ports.Timer {
-	c.mu.Lock()
-	t := &stepTimer{c: c, ch: make(chan time.Time, 1), at: c.now.Add(d), armed: true}
-	c.timers = append(c.timers, t)
-	c.mu.Unlock()
-	c.made <- d
-	return t
-}
-
-// advance moves time on by d and fires the timers that came due.
-func (c *stepClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	for _, t := range c.timers {
-		if t.armed && !t.at.After(c.now) {
-			t.armed = false
-			t.ch <- c.now
-		}
+// waiting waits until persist is waiting on clock (one timer armed) or has
+// returned, and returns the wait it asked for (0 when it returned).
+func waiting(t *testing.T, drv *clocktest.Driver, done <-chan error, what string) time.Duration {
+	t.Helper()
+	clock := drv.Clock()
+	drv.Until(what, func() bool { return clock.Pending() == 1 || len(done) > 0 })
+	if len(done) > 0 {
+		return 0
 	}
-}
-
-type stepTimer struct {
-	c     *stepClock
-	ch    chan time.Time
-	at    time.Time
-	armed bool
-}
-
-func (t *stepTimer) C() <-chan time.Time { return t.ch }
-
-func (t *stepTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := t.armed
-	t.armed = false
-	return was
-}
-
-func (t *stepTimer) Reset(d time.Duration) bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := t.armed
-	t.at, t.armed = t.c.now.Add(d), true
-	return was
+	next, _ := clock.Next()
+	return next.Sub(clock.Now())
 }
 
 var errConnTerminated = domain.Unavailable("job store write failed",
@@ -86,15 +35,14 @@ var errConnTerminated = domain.Unavailable("job store write failed",
 // A write that fails is tried again after 50 ms, doubling to 5 s, until it
 // commits.
 func TestPersistRetriesWithBoundedBackoffUntilCommitted(t *testing.T) {
-	t.Parallel()
-	clock := newStepClock()
+	clock := clocktest.New(t0)
+	drv := clocktest.NewDriver(t, clock)
 	const failures = 9
-	tries := 0
+	var tries atomic.Int64
 	done := make(chan error, 1)
 	go func() {
 		done <- persist(t.Context(), clock, zap.NewNop(), "job result", "j1", func(context.Context) error {
-			tries++
-			if tries <= failures {
+			if tries.Add(1) <= failures {
 				return errConnTerminated
 			}
 			return nil
@@ -103,43 +51,40 @@ func TestPersistRetriesWithBoundedBackoffUntilCommitted(t *testing.T) {
 	want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
 		800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond, 5 * time.Second, 5 * time.Second}
 	for i, w := range want {
-		select {
-		case d := <-clock.made:
-			if d != w {
-				t.Fatalf("wait %d: %v, want %v", i+1, d, w)
-			}
-			select {
-			case err := <-done:
-				t.Fatalf("persist returned %v before its wait %d was over", err, i+1)
-			default:
-			}
-			clock.advance(d)
-		case err := <-done:
-			t.Fatalf("persist returned %v after %d tries, want %d", err, tries, failures+1)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no wait %d", i+1)
+		d := waiting(t, drv, done, fmt.Sprintf("wait %d", i+1))
+		if d == 0 {
+			t.Fatalf("persist returned %v after %d tries, want %d", <-done, tries.Load(), failures+1)
 		}
+		if d != w {
+			t.Fatalf("wait %d: %v, want %v", i+1, d, w)
+		}
+		clock.Advance(d)
+	}
+	if d := waiting(t, drv, done, "persist to return"); d != 0 {
+		t.Fatalf("persist waits %v more after the write committed", d)
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("persist = %v, want nil once the write commits", err)
 	}
-	if tries != failures+1 {
-		t.Fatalf("%d tries, want %d", tries, failures+1)
+	if tries.Load() != failures+1 {
+		t.Fatalf("%d tries, want %d", tries.Load(), failures+1)
+	}
+	if clock.Since() != 16350*time.Millisecond {
+		t.Fatalf("persist took %v of the clock's time, want the sum of its waits (16.35s)", clock.Since())
 	}
 }
 
 // A job that vanished, or a closed store, ends the tries at once.
 func TestPersistStopsOnNotFoundAndClosed(t *testing.T) {
-	t.Parallel()
 	for _, want := range []error{domain.ErrNotFound, domain.ErrClosed} {
-		clock := newStepClock()
+		clock := clocktest.New(t0)
 		tries := 0
 		err := persist(t.Context(), clock, zap.NewNop(), "retry", "j1", func(context.Context) error {
 			tries++
 			return want
 		})
-		if !errors.Is(err, want) || tries != 1 || len(clock.made) != 0 {
-			t.Fatalf("persist = %v after %d tries and %d waits, want %v after one try and none", err, tries, len(clock.made), want)
+		if !errors.Is(err, want) || tries != 1 || clock.Pending() != 0 {
+			t.Fatalf("persist = %v after %d tries and %d waits, want %v after one try and none", err, tries, clock.Pending(), want)
 		}
 	}
 }
@@ -147,8 +92,8 @@ func TestPersistStopsOnNotFoundAndClosed(t *testing.T) {
 // Stopping ends the waiting: persist gives up with the write's error, and
 // the write's context is not cancelled by the stop.
 func TestPersistGivesUpWhenStopping(t *testing.T) {
-	t.Parallel()
-	clock := newStepClock()
+	clock := clocktest.New(t0)
+	drv := clocktest.NewDriver(t, clock)
 	stop, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	var writeCtxErr error
@@ -158,23 +103,24 @@ func TestPersistGivesUpWhenStopping(t *testing.T) {
 			return errConnTerminated
 		})
 	}()
-	<-clock.made // waiting after the first failure
+	if d := waiting(t, drv, done, "the wait after the first failure"); d != persistBackoff {
+		t.Fatalf("waiting %v after the first failure, want %v", d, persistBackoff)
+	}
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, errConnTerminated) {
-			t.Fatalf("persist = %v, want the write's error", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("persist kept waiting after stop")
+	drv.Until("persist to give up", func() bool { return len(done) > 0 })
+	if err := <-done; !errors.Is(err, errConnTerminated) {
+		t.Fatalf("persist = %v, want the write's error", err)
 	}
 	if writeCtxErr != nil {
 		t.Fatalf("the write ran with a cancelled context: %v", writeCtxErr)
 	}
+	if clock.Pending() != 0 || clock.Since() != 0 {
+		t.Fatalf("after stop: %d timers armed, clock moved %v", clock.Pending(), clock.Since())
+	}
 	// Already stopping: one try, no wait.
 	tries := 0
 	err := persist(stop, clock, zap.NewNop(), "retry", "j2", func(context.Context) error { tries++; return errConnTerminated })
-	if err == nil || tries != 1 || len(clock.made) != 0 {
-		t.Fatalf("stopped persist: err %v, %d tries, %d waits", err, tries, len(clock.made))
+	if err == nil || tries != 1 || clock.Pending() != 0 {
+		t.Fatalf("stopped persist: err %v, %d tries, %d waits", err, tries, clock.Pending())
 	}
 }

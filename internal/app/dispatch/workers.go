@@ -3,6 +3,8 @@ package dispatch
 import (
 	"sync"
 	"time"
+
+	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
 // workers runs attempts on reusable goroutines. A fresh goroutine per
@@ -10,6 +12,7 @@ import (
 // on its way through net/http; a worker keeps its grown stack for the next
 // attempt. Workers idle longer than idleTimeout exit; all exit on stop.
 type workers struct {
+	clock       ports.Clock
 	idleTimeout time.Duration
 
 	mu      sync.Mutex
@@ -23,8 +26,8 @@ type worker struct {
 	tasks chan func()
 }
 
-func newWorkers(idleTimeout time.Duration) *workers {
-	return &workers{idleTimeout: idleTimeout, quit: make(chan struct{})}
+func newWorkers(clock ports.Clock, idleTimeout time.Duration) *workers {
+	return &workers{clock: clock, idleTimeout: idleTimeout, quit: make(chan struct{})}
 }
 
 // run executes task on an idle worker, or a new one. After stop it runs
@@ -50,7 +53,7 @@ func (p *workers) run(task func()) {
 
 func (p *workers) loop(w *worker, task func()) {
 	defer p.wg.Done()
-	timer := time.NewTimer(p.idleTimeout)
+	timer := p.clock.NewTimer(p.idleTimeout)
 	defer timer.Stop()
 	for {
 		task()
@@ -62,7 +65,7 @@ func (p *workers) loop(w *worker, task func()) {
 		select {
 		case task = <-w.tasks:
 			continue
-		case <-timer.C:
+		case <-timer.C():
 		case <-p.quit:
 		}
 		// Leaving: unless someone took us off the idle list meanwhile, in

@@ -6,11 +6,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aquiferhq/aquifer/internal/clocktest"
 )
 
 func TestWorkersReuseAndStop(t *testing.T) {
-	t.Parallel()
-	p := newWorkers(time.Hour)
+	p := newWorkers(clocktest.New(t0), time.Hour)
 	var ran atomic.Int64
 	var wg sync.WaitGroup
 	for range 100 {
@@ -41,8 +42,10 @@ func TestWorkersReuseAndStop(t *testing.T) {
 }
 
 func TestWorkersIdleTimeoutAndConcurrency(t *testing.T) {
-	t.Parallel()
-	p := newWorkers(20 * time.Millisecond)
+	clock := clocktest.New(t0)
+	drv := clocktest.NewDriver(t, clock)
+	const idleTimeout = 20 * time.Second
+	p := newWorkers(clock, idleTimeout)
 	release := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 8 {
@@ -51,18 +54,19 @@ func TestWorkersIdleTimeoutAndConcurrency(t *testing.T) {
 	}
 	close(release)
 	wg.Wait() // 8 tasks ran at once, so 8 workers exist
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	idle := func() int {
 		p.mu.Lock()
-		n := len(p.idle)
-		p.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d idle workers did not exit after their idle timeout", n)
-		}
-		time.Sleep(5 * time.Millisecond)
+		defer p.mu.Unlock()
+		return len(p.idle)
+	}
+	drv.Until("8 idle workers", func() bool { return idle() == 8 })
+	drv.For(idleTimeout - time.Millisecond)
+	if n := idle(); n != 8 {
+		t.Fatalf("%d of 8 idle workers left before their idle timeout", 8-n)
+	}
+	drv.Until("the idle workers to exit", func() bool { return idle() == 0 })
+	if clock.Since() != idleTimeout {
+		t.Fatalf("idle workers exited after %v, want %v", clock.Since(), idleTimeout)
 	}
 	p.stop() // waits for the exited workers: returns at once
 	done := make(chan struct{})

@@ -5,24 +5,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aquiferhq/aquifer/internal/clocktest"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/pacing"
 )
 
-// fakeNow is a settable clock for the pool model.
-type fakeNow struct{ t time.Time }
+// newClock is the pool model's clock: it moves only when the test
+// advances it.
+func newClock() *clocktest.Clock { return clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) }
 
-func (f *fakeNow) now() time.Time      { return f.t }
-func (f *fakeNow) add(d time.Duration) { f.t = f.t.Add(d) }
-func newFakeNow() *fakeNow             { return &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
 func reg(id string, rps float64) *domain.MemberRegistration {
 	return &domain.MemberRegistration{PoolID: "p", MemberID: id, Address: "http://" + id + ".test/x", CapacityRPS: rps,
 		HeartbeatInterval: 10 * time.Second}
 }
 
-func newTestPools(clock *fakeNow) (*Registry, *[]string) {
+func newTestPools(clock *clocktest.Clock) (*Registry, *[]string) {
 	var woken []string
-	p := New(clock.now, func(id string) { woken = append(woken, id) })
+	p := New(clock.Now, func(id string) { woken = append(woken, id) })
 	return p, &woken
 }
 
@@ -46,7 +45,7 @@ func pickN(t *testing.T, p *Registry, n int) map[string]int {
 
 func TestPoolSelectionIsProportionalToCapacity(t *testing.T) {
 	t.Parallel()
-	p, _ := newTestPools(newFakeNow())
+	p, _ := newTestPools(newClock())
 	p.Register(reg("big", 100))
 	p.Register(reg("small", 25))
 	counts := pickN(t, p, 2000)
@@ -58,7 +57,7 @@ func TestPoolSelectionIsProportionalToCapacity(t *testing.T) {
 
 func TestPoolSelectionFollowsReputationAndMemberPace(t *testing.T) {
 	t.Parallel()
-	p, _ := newTestPools(newFakeNow())
+	p, _ := newTestPools(newClock())
 	for _, id := range []string{"a", "b", "c"} {
 		p.Register(reg(id, 20))
 	}
@@ -85,7 +84,7 @@ func TestPoolSelectionFollowsReputationAndMemberPace(t *testing.T) {
 
 func TestNewMemberCompetesImmediately(t *testing.T) {
 	t.Parallel()
-	p, _ := newTestPools(newFakeNow())
+	p, _ := newTestPools(newClock())
 	p.Register(reg("old", 10))
 	pickN(t, p, 500) // old's virtual position is far ahead
 	p.Register(reg("new", 10))
@@ -97,7 +96,7 @@ func TestNewMemberCompetesImmediately(t *testing.T) {
 
 func TestReputationArithmetic(t *testing.T) {
 	t.Parallel()
-	clock := newFakeNow()
+	clock := newClock()
 	p, _ := newTestPools(clock)
 	p.Register(reg("m", 10))
 	rep := func() float64 { return p.Snapshot()["p"].Members[0].Reputation }
@@ -124,14 +123,14 @@ func TestReputationArithmetic(t *testing.T) {
 
 func TestFloorEvictionNeedsSustainedFailureWithoutSuccess(t *testing.T) {
 	t.Parallel()
-	clock := newFakeNow()
+	clock := newClock()
 	p, _ := newTestPools(clock)
 	p.Register(reg("bad", 10))
 	p.Register(reg("good", 10))
 	for range 5 { // 1/32 ≤ 0.05: at the floor, timer starts
 		p.Record("p", "bad", Outcome{Failed: true})
 	}
-	clock.add(11 * time.Second)
+	clock.Advance(11 * time.Second)
 	p.Record("p", "bad", Outcome{Failed: true})
 	if len(p.Snapshot()["p"].Members) != 2 {
 		t.Fatal("evicted before 12 s at the floor")
@@ -140,11 +139,11 @@ func TestFloorEvictionNeedsSustainedFailureWithoutSuccess(t *testing.T) {
 	p.Record("p", "bad", Outcome{Status: 200, Observed: true})
 	p.Record("p", "bad", Outcome{Failed: true})
 	p.Record("p", "bad", Outcome{Failed: true})
-	clock.add(11 * time.Second)
+	clock.Advance(11 * time.Second)
 	if p.Sweep(holdAll); len(p.Snapshot()["p"].Members) != 2 {
 		t.Fatal("the success did not reset the floor timer")
 	}
-	clock.add(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	// 13 s at the floor with no success: the sweep evicts it even though it
 	// receives no traffic (the original needed one more failure to notice).
 	evicted := p.Sweep(holdAll)
@@ -166,7 +165,7 @@ func TestFloorEvictionNeedsSustainedFailureWithoutSuccess(t *testing.T) {
 // above that until it succeeds.
 func TestProbationTightensForARepeatOffender(t *testing.T) {
 	t.Parallel()
-	clock := newFakeNow()
+	clock := newClock()
 	p, _ := newTestPools(clock)
 	p.Register(reg("good", 10))
 	rep := func() float64 {
@@ -182,7 +181,7 @@ func TestProbationTightensForARepeatOffender(t *testing.T) {
 		for range 8 {
 			p.Record("p", "bad", Outcome{Failed: true})
 		}
-		clock.add(13 * time.Second)
+		clock.Advance(13 * time.Second)
 		p.Register(reg("good", 10))
 		if ev := p.Sweep(holdAll); len(ev) != 1 {
 			t.Fatalf("sweep evicted %v, want p/bad", ev)
@@ -216,13 +215,13 @@ func TestProbationTightensForARepeatOffender(t *testing.T) {
 
 func TestFailureEvictionOnFailureAfterWindow(t *testing.T) {
 	t.Parallel()
-	clock := newFakeNow()
+	clock := newClock()
 	p, _ := newTestPools(clock)
 	p.Register(reg("bad", 10))
 	for range 5 {
 		p.Record("p", "bad", Outcome{Failed: true})
 	}
-	clock.add(12 * time.Second)
+	clock.Advance(12 * time.Second)
 	p.Record("p", "bad", Outcome{Failed: true})
 	if _, ok := p.Snapshot()["p"]; ok && len(p.Snapshot()["p"].Members) != 0 {
 		t.Fatal("a failure after 12 s at the floor must evict")
@@ -231,16 +230,16 @@ func TestFailureEvictionOnFailureAfterWindow(t *testing.T) {
 
 func TestHeartbeatEviction(t *testing.T) {
 	t.Parallel()
-	clock := newFakeNow()
+	clock := newClock()
 	p, _ := newTestPools(clock)
 	p.Register(reg("quiet", 10)) // interval 10 s
 	p.Register(reg("alive", 10))
-	clock.add(25 * time.Second)
+	clock.Advance(25 * time.Second)
 	p.Register(reg("alive", 10))
 	if ev := p.Sweep(holdAll); len(ev) != 0 {
 		t.Fatalf("evicted %v after 2.5 intervals", ev)
 	}
-	clock.add(6 * time.Second) // quiet: 31 s > 3 × 10 s
+	clock.Advance(6 * time.Second) // quiet: 31 s > 3 × 10 s
 	if ev := p.Sweep(holdAll); len(ev) != 1 || ev[0] != "p/quiet" {
 		t.Fatalf("sweep evicted %v, want p/quiet", ev)
 	}
@@ -255,7 +254,7 @@ func TestHeartbeatEviction(t *testing.T) {
 
 func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
 	t.Parallel()
-	clock := newFakeNow()
+	clock := newClock()
 	p, _ := newTestPools(clock)
 	p.Register(reg("a", 10))
 	p.Register(reg("b", 10))
@@ -267,7 +266,7 @@ func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
 		p.Record("p", id, Outcome{Status: 200, Observed: true})
 	}
 	// A 429 pauses b; a takes everything until the pause ends.
-	p.Record("p", "b", Outcome{Status: 429, Observed: true, DeferTo: clock.t.Add(time.Second)})
+	p.Record("p", "b", Outcome{Status: 429, Observed: true, DeferTo: clock.Now().Add(time.Second)})
 	p.mu.Lock()
 	p.byID["p"].members["b"].inFlight = 0
 	p.mu.Unlock()
@@ -288,7 +287,7 @@ func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
 	}
 	p.Record("p", "a", Outcome{Status: 200, Observed: true})
 	// Everyone paused: no pick, and the wait until the first pause ends.
-	p.Record("p", "a", Outcome{Status: 429, Observed: true, DeferTo: clock.t.Add(300 * time.Millisecond)})
+	p.Record("p", "a", Outcome{Status: 429, Observed: true, DeferTo: clock.Now().Add(300 * time.Millisecond)})
 	if _, _, _, wait, ok := p.Pick("p", ""); ok || wait != 300*time.Millisecond {
 		t.Fatalf("pick with all paused = ok %v wait %v", ok, wait)
 	}
@@ -296,7 +295,7 @@ func TestPickAvoidsTheMemberThatFailedAndSkipsPausedOnes(t *testing.T) {
 
 func TestMemberConcurrencyLimit(t *testing.T) {
 	t.Parallel()
-	p, _ := newTestPools(newFakeNow())
+	p, _ := newTestPools(newClock())
 	p.Register(reg("one", 2)) // at most 2 in flight
 	for range 2 {
 		if _, _, _, _, ok := p.Pick("p", ""); !ok {
@@ -314,7 +313,7 @@ func TestMemberConcurrencyLimit(t *testing.T) {
 
 func TestRegisterWakesThePoolAndLeaveRemoves(t *testing.T) {
 	t.Parallel()
-	p, woken := newTestPools(newFakeNow())
+	p, woken := newTestPools(newClock())
 	if !p.Register(reg("m", 10)) || p.Register(reg("m", 10)) {
 		t.Fatal("register should report new then known")
 	}
