@@ -189,16 +189,9 @@ func (c Config) dispatch() dispatch.Config {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Clock == nil {
-		c.Clock = ports.SystemClock{}
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
-	if c.Metrics == nil {
-		c.Metrics = ports.NopMetrics{}
-	}
+	// The dispatcher's settings are defaulted by dispatch, the one place.
 	d := c.dispatch().WithDefaults()
+	c.Clock, c.Logger, c.Metrics = d.Clock, d.Logger, d.Metrics
 	c.Rates, c.RequestTimeout, c.MaxResponseBytes, c.Retry = d.Rates, d.RequestTimeout, d.MaxResponseBytes, d.Retry
 	c.MaxDeferrals, c.WindowJobs, c.LaneIdleTimeout, c.Outage, c.Rand = d.MaxDeferrals, d.WindowJobs, d.LaneIdleTimeout, d.Outage, d.Rand
 	if c.PersistInFlightAfter == 0 {
