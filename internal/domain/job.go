@@ -63,6 +63,16 @@ const (
 	FailedTTL    = 2 * time.Hour
 )
 
+// RetentionTTL returns how long a job that enters status s is kept:
+// retention when it is positive (an operator's setting for failed jobs),
+// TTL(s) otherwise.
+func RetentionTTL(s Status, retention time.Duration) time.Duration {
+	if retention > 0 {
+		return retention
+	}
+	return TTL(s)
+}
+
 // TTL returns the row lifetime that starts when a job enters status s.
 func TTL(s Status) time.Duration {
 	switch s {
@@ -106,6 +116,9 @@ type Job struct {
 
 	// Delivery is set once a job with a webhook_url is terminal.
 	Delivery *Delivery
+
+	// History is the job's last MaxHistory dispatch attempts, oldest first.
+	History []Attempt
 }
 
 // Result is what the last attempt of a job produced.
@@ -181,6 +194,9 @@ func (j *Job) Clone() *Job {
 	if j.Delivery != nil {
 		d := *j.Delivery
 		c.Delivery = &d
+	}
+	if j.History != nil {
+		c.History = append([]Attempt(nil), j.History...)
 	}
 	return &c
 }

@@ -124,7 +124,10 @@ type RequeueParams struct {
 	Deferrals int          // times so far the destination said "later" (429) in that phase
 	Reason    string       // PhaseDeliver: why the attempt failed
 	Response  int          // PhaseDeliver: the receiver's status (0 if none)
-	Now       time.Time
+	// History, when not nil, replaces the job's attempt history
+	// (PhaseDispatch: the history with this attempt appended).
+	History []domain.Attempt
+	Now     time.Time
 }
 
 // FinishParams are the arguments of JobStore.Finish.
@@ -136,6 +139,11 @@ type FinishParams struct {
 	Result    *domain.Result
 	Now       time.Time
 	DeliverIn domain.QueueKey // the webhook receiver's lane, or "" when the job has no webhook
+	// History, when not nil, replaces the job's attempt history.
+	History []domain.Attempt
+	// Retention is how long the finished job is kept once nothing is left
+	// to do (0: domain.TTL(Status)).
+	Retention time.Duration
 }
 
 // FinishDeliveryParams are the arguments of JobStore.FinishDelivery.
@@ -146,6 +154,9 @@ type FinishDeliveryParams struct {
 	Attempts  int
 	Response  int    // the receiver's last status (0 if none)
 	Reason    string // why delivery failed
+	// Retention is how long the job is kept from now (0: domain.TTL of its
+	// status).
+	Retention time.Duration
 	Now       time.Time
 }
 

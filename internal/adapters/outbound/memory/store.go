@@ -28,9 +28,15 @@ type Store struct {
 	idem   map[idemKey]domain.JobID
 	closed bool
 	now    func() time.Time
+
+	ops    map[string]*domain.Operation
+	pauses map[domain.UpstreamKey]domain.LanePause
 }
 
-var _ ports.JobStore = (*Store)(nil)
+var (
+	_ ports.JobStore      = (*Store)(nil)
+	_ ports.OperatorStore = (*Store)(nil)
+)
 
 // New returns an empty store. now defaults to time.Now.
 func New(now func() time.Time) *Store {
@@ -42,6 +48,9 @@ func New(now func() time.Time) *Store {
 		bySeq: make(map[int64]domain.JobID),
 		idem:  make(map[idemKey]domain.JobID),
 		now:   now,
+
+		ops:    make(map[string]*domain.Operation),
+		pauses: make(map[domain.UpstreamKey]domain.LanePause),
 	}
 }
 
@@ -177,6 +186,9 @@ func (s *Store) Requeue(_ context.Context, p *ports.RequeueParams) error {
 	case domain.PhaseDispatch:
 		j.Status, j.Attempts, j.UpdatedAt, j.ExpiresAt = domain.StatusQueued, p.Attempts, p.Now, p.Now.Add(domain.QueuedTTL)
 		j.Deferrals = p.Deferrals
+		if p.History != nil {
+			j.History = append([]domain.Attempt(nil), p.History...)
+		}
 	case domain.PhaseDeliver:
 		j.Delivery.Attempts, j.Delivery.ResponseStatus, j.Delivery.Reason = p.Attempts, p.Response, p.Reason
 		j.UpdatedAt, j.Deferrals = p.Now, p.Deferrals
@@ -200,6 +212,10 @@ func (s *Store) Finish(_ context.Context, p *ports.FinishParams) (int64, error) 
 	if j.Status.Terminal() {
 		return 0, nil
 	}
+	return s.finishLocked(j, p), nil
+}
+
+func (s *Store) finishLocked(j *domain.Job, p *ports.FinishParams) int64 {
 	j.Status, j.Attempts, j.UpdatedAt, j.Deferrals = p.Status, p.Attempts, p.Now, 0
 	r := domain.Result{}
 	if p.Result != nil {
@@ -207,15 +223,19 @@ func (s *Store) Finish(_ context.Context, p *ports.FinishParams) (int64, error) 
 		r.Body = append([]byte(nil), p.Result.Body...)
 	}
 	j.Result = &r
+	if p.History != nil {
+		j.History = append([]domain.Attempt(nil), p.History...)
+	}
+	ttl := domain.RetentionTTL(p.Status, p.Retention)
 	if p.DeliverIn == "" {
-		j.ReadyQueue, j.ExpiresAt = "", p.Now.Add(domain.TTL(p.Status))
-		return 0, nil
+		j.ReadyQueue, j.ExpiresAt = "", p.Now.Add(ttl)
+		return 0
 	}
 	s.seq++
 	j.ReadyQueue, j.ReadySeq = p.DeliverIn, s.seq
 	j.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
-	j.ExpiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL))
-	return s.seq, nil
+	j.ExpiresAt = p.Now.Add(max(ttl, domain.QueuedTTL))
+	return s.seq
 }
 
 // FinishDelivery implements ports.JobStore.
@@ -234,7 +254,7 @@ func (s *Store) FinishDelivery(_ context.Context, p *ports.FinishDeliveryParams)
 		status = domain.DeliveryFailed
 	}
 	j.Delivery = &domain.Delivery{Status: status, Attempts: p.Attempts, ResponseStatus: p.Response, Reason: p.Reason}
-	j.ReadyQueue, j.UpdatedAt, j.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
+	j.ReadyQueue, j.UpdatedAt, j.ExpiresAt = "", p.Now, p.Now.Add(domain.RetentionTTL(j.Status, p.Retention))
 	return nil
 }
 

@@ -15,3 +15,7 @@ func TestContract(t *testing.T) {
 func TestLedgerContract(t *testing.T) {
 	storetest.ExerciseLedger(t, func(t *testing.T) ports.JobStore { return memory.New(nil) })
 }
+
+func TestOperatorContract(t *testing.T) {
+	storetest.ExerciseOperator(t, func(t *testing.T) ports.JobStore { return memory.New(nil) })
+}
