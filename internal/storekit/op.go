@@ -33,6 +33,11 @@ const (
 	OpPurge                      // delete the expired jobs found, if still expired at At
 	OpDeleteFinished             // delete the finished jobs found, if still finished with Seq at most Seq
 	OpProbe                      // a small write to see whether commits succeed (CheckWrites)
+	OpRetry                      // re-queue finished job ID as a new attempt cycle (Retry)
+	OpRunBatch                   // one batch of a bulk operation and its progress (Batch)
+	OpSaveOperation              // store Operation
+	OpPauseLane                  // store Pause
+	OpResumeLane                 // remove the pause of Upstream
 )
 
 // Op is one write waiting for the writer.
@@ -43,14 +48,18 @@ type Op struct {
 	// Seq is the job's Seq when the caller knows it (0 if not), for engines
 	// that find a row faster by it; for OpDeleteFinished, the highest Seq
 	// to delete.
-	Seq      int64
-	At       time.Time
-	Requeue  *ports.RequeueParams
-	Finish   *ports.FinishParams
-	Delivery *ports.FinishDeliveryParams
-	Stale    *ports.ResetStaleParams
-	Upstream domain.UpstreamKey // OpRecoverLane
-	Found                       // OpResetStale, OpPurge, OpDeleteFinished: what a read found
+	Seq       int64
+	At        time.Time
+	Requeue   *ports.RequeueParams
+	Finish    *ports.FinishParams
+	Delivery  *ports.FinishDeliveryParams
+	Stale     *ports.ResetStaleParams
+	Retry     *ports.RetryParams
+	Batch     *ports.RunBatchParams
+	Operation *domain.Operation  // OpSaveOperation
+	Pause     *domain.LanePause  // OpPauseLane
+	Upstream  domain.UpstreamKey // OpRecoverLane, OpResumeLane
+	Found                        // OpResetStale, OpPurge, OpDeleteFinished: what a read found
 
 	done chan Result // nil: nobody waits for the result (Send)
 }
@@ -75,6 +84,7 @@ type Result struct {
 	Fresh bool        // OpInsert: Job was inserted by this op
 	N     int64       // how many jobs changed; OpFinish: the ready_seq of a delivery made due
 	Jobs  []*domain.Job
+	IDs   []domain.JobID // OpRunBatch: the jobs it changed
 	Err   error
 }
 

@@ -5,13 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 // recordVersion is the first byte of every record this package writes.
-const recordVersion = 1
+// Version 1 records (layout 2) lack the history; they are read as they are
+// and rewritten as version 2 when the job next changes.
+const (
+	recordVersion   = 2
+	recordVersionV1 = 1
+)
 
 const (
 	flagHeaders = 1 << iota
@@ -155,6 +161,13 @@ func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 	for k, v := range j.Headers {
 		b = appendString(appendString(b, k), v)
 	}
+	b = binary.AppendUvarint(b, uint64(len(j.History)))
+	for _, a := range j.History {
+		b = binary.AppendVarint(b, storekit.Millis(a.At))
+		b = binary.AppendVarint(b, a.Duration.Milliseconds())
+		b = binary.AppendVarint(b, int64(a.Status))
+		b = appendString(appendString(appendString(b, a.Error), a.Signal), a.Member)
+	}
 	b = append(b, j.Body...)
 	return append(b, r.Body...), nil
 }
@@ -220,12 +233,19 @@ func (r *decoder) str(s string) string {
 
 // decodeJob rebuilds a job from its record. It copies everything it keeps, so
 // val may be reused once it returns.
-func decodeJob(val []byte) (*domain.Job, error) {
-	if len(val) == 0 || val[0] != recordVersion {
+func decodeJob(val []byte) (*domain.Job, error) { return decodeRecord(val, true) }
+
+// decodeMeta is decodeJob without the request and result bodies, for
+// filters that look at a job without returning it.
+func decodeMeta(val []byte) (*domain.Job, error) { return decodeRecord(val, false) }
+
+func decodeRecord(val []byte, bodies bool) (*domain.Job, error) {
+	if len(val) == 0 || (val[0] != recordVersion && val[0] != recordVersionV1) {
 		if len(val) == 0 {
 			return nil, errCorrupt
 		}
-		return nil, fmt.Errorf("job record version %d: %w (this build reads version %d)", val[0], errCorrupt, recordVersion)
+		return nil, fmt.Errorf("job record version %d: %w (this build reads versions %d and %d)", val[0], errCorrupt,
+			recordVersionV1, recordVersion)
 	}
 	r := decoder{b: val, off: 1}
 	flags, stc, dlc := r.byte(), r.byte(), r.byte()
@@ -262,19 +282,22 @@ func decodeJob(val []byte) (*domain.Job, error) {
 	} else if nh != 0 {
 		r.bad = true
 	}
+	if val[0] != recordVersionV1 {
+		j.History = r.history(s, bodyStart)
+	}
 	status, okStatus := statusOf(stc)
 	if r.bad || r.off != bodyStart || !okStatus {
 		return nil, errCorrupt
 	}
 	j.ID, j.Queue, j.ReadyQueue, j.Status = domain.JobID(id), domain.QueueKey(lane), domain.QueueKey(readyLane), status
 	j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = storekit.FromMillis(created), storekit.FromMillis(updated), storekit.FromMillis(dispatched), storekit.FromMillis(expires)
-	if flags&flagBody != 0 {
+	if flags&flagBody != 0 && bodies {
 		j.Body = append(make([]byte, 0, bodyLen), val[bodyStart:bodyStart+int(bodyLen)]...)
 	}
 	if flags&flagResult != 0 {
 		res := &domain.Result{ResponseStatus: int(respStatus), BodyTruncated: flags&flagTruncated != 0,
 			ContentType: ctype, Reason: reason}
-		if flags&flagResultBody != 0 {
+		if flags&flagResultBody != 0 && bodies {
 			res.Body = append(make([]byte, 0, resBodyLen), val[bodyStart+int(bodyLen):]...)
 		}
 		j.Result = res
@@ -287,6 +310,27 @@ func decodeJob(val []byte) (*domain.Job, error) {
 		j.Delivery = &domain.Delivery{Status: ds, Attempts: int(dlAttempts), ResponseStatus: int(dlResp), Reason: dlReason}
 	}
 	return j, nil
+}
+
+// history reads a record's attempt history; nil when it has none. Each
+// attempt takes at least 6 bytes, which bounds the count before anything is
+// allocated.
+func (r *decoder) history(s string, end int) []domain.Attempt {
+	n := r.uvarint()
+	if r.bad || r.off > end || n > uint64(end-r.off)/6 {
+		r.bad = true
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	h := make([]domain.Attempt, n)
+	for i := range h {
+		at, d, st := r.varint(), r.varint(), r.varint()
+		h[i] = domain.Attempt{At: storekit.FromMillis(at), Duration: time.Duration(d) * time.Millisecond, Status: int(st)}
+		h[i].Error, h[i].Signal, h[i].Member = r.str(s), r.str(s), r.str(s)
+	}
+	return h
 }
 
 // readyState is the ready index's state byte for j.

@@ -50,6 +50,10 @@ type Options struct {
 	WriteProbeAfter time.Duration
 
 	fs vfs.FS // the filesystem; vfs.Default unless a test injects faults
+	// migrateHook, if set, is called after each chunk a migration commits
+	// (done: records indexed so far); an error stops the migration, as a
+	// crash would (tests).
+	migrateHook func(done int) error
 }
 
 func (o Options) withDefaults() Options {
@@ -87,6 +91,7 @@ type Store struct {
 	kbuf       []byte    // scratch for keys
 	vbuf       []byte    // scratch for records
 	rbuf       []byte    // scratch for ready-index values
+	sbuf       []byte    // scratch for x/ and i/ values
 	lastReopen time.Time // the latest try at reopening a failed database
 	readOnly   bool      // db is the read-only stand-in for a database whose commit failed (demote)
 
@@ -94,10 +99,11 @@ type Store struct {
 
 	// w is the single writer; its commit is Store.commit. Every use of db
 	// is between w.Enter and w.Exit, so none overlaps Close.
-	w                  *storekit.Writer
-	storekit.JobWrites // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
-	closeOnce          sync.Once
-	closeErr           error
+	w                       *storekit.Writer
+	storekit.JobWrites      // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
+	storekit.OperatorWrites // Retry, SaveOperation, RunBatch, PauseLane, ResumeLane
+	closeOnce               sync.Once
+	closeErr                error
 }
 
 // Stats are cumulative writer counters.
@@ -138,6 +144,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	s.w = storekit.Start(storekit.Config{MaxBatch: o.MaxBatch, GatherYields: o.GatherYields}, s.commit)
 	s.JobWrites = s.w.JobWrites()
+	s.OperatorWrites = s.w.OperatorWrites()
 	return s, nil
 }
 
@@ -189,9 +196,13 @@ func (s *Store) init() error {
 		if err := s.db.Set(keyFormat, []byte{layoutVersion}, pebble.Sync); err != nil {
 			return fmt.Errorf("initialise %s: %w", s.opts.Dir, err)
 		}
+	case len(v) == 1 && v[0] == layoutVersionV2:
+		if err := s.migrate(); err != nil {
+			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV2, layoutVersion, err)
+		}
 	case len(v) != 1 || v[0] != layoutVersion:
-		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d (downgrades are not supported)",
-			s.opts.Dir, v, layoutVersion)
+		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d (downgrades are not supported)",
+			s.opts.Dir, v, layoutVersion, layoutVersionV2)
 	}
 	if v, err = get(s.db, keySeq); err != nil {
 		return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, err)

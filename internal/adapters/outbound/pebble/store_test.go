@@ -44,6 +44,10 @@ func TestContract(t *testing.T) {
 	storetest.Exercise(t, func(t *testing.T) ports.JobStore { return open(t, t.TempDir()) })
 }
 
+func TestOperatorContract(t *testing.T) {
+	storetest.ExerciseOperator(t, func(t *testing.T) ports.JobStore { return open(t, t.TempDir()) })
+}
+
 // TestContractSmallGroups runs the contract with groups of one op, no
 // gathering and Pebble's own WAL sync interval.
 func TestContractSmallGroups(t *testing.T) {

@@ -211,6 +211,9 @@ func (s *Store) apply(group []*storekit.Op, results []storekit.Result) (wrote bo
 			return false, w.err
 		}
 	}
+	if w.flushCounts(); w.err != nil {
+		return false, w.err
+	}
 	if b.Empty() {
 		return false, nil // only duplicates and not-founds: nothing to make durable
 	}
@@ -231,9 +234,10 @@ func (s *Store) apply(group []*storekit.Op, results []storekit.Result) (wrote bo
 // wbatch is the group's batch with the writer's scratch buffers. Its first
 // write error sticks and fails the group.
 type wbatch struct {
-	b   *pebble.Batch
-	s   *Store
-	err error
+	b      *pebble.Batch
+	s      *Store
+	err    error
+	counts map[counter]int64 // the group's count changes (count)
 }
 
 func (w *wbatch) set(k, v []byte) {
@@ -293,6 +297,7 @@ func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 		s.kbuf = expiryKey(s.kbuf[:0], newExp, j.ID)
 		w.set(s.kbuf, nil)
 	}
+	w.putIndexes(old, j)
 }
 
 // update encodes and writes upd, a changed copy of old.
@@ -325,6 +330,7 @@ func (w *wbatch) remove(j *domain.Job) {
 	if exp := storekit.Millis(j.ExpiresAt); exp != 0 {
 		w.del(expiryKey(w.s.kbuf[:0], exp, j.ID))
 	}
+	w.removeIndexes(j)
 }
 
 // applyOne runs one op against the group's batch. Outcomes that belong to
@@ -371,6 +377,9 @@ func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
 		case domain.PhaseDispatch:
 			upd.Status, upd.Attempts, upd.Deferrals = domain.StatusQueued, p.Attempts, p.Deferrals
 			upd.UpdatedAt, upd.ExpiresAt = p.Now, p.Now.Add(domain.QueuedTTL)
+			if p.History != nil {
+				upd.History = p.History
+			}
 		case domain.PhaseDeliver:
 			d := *j.Delivery
 			d.Attempts, d.ResponseStatus, d.Reason = p.Attempts, p.Response, p.Reason
@@ -393,7 +402,7 @@ func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
 		}
 		upd := *j
 		upd.Delivery = &domain.Delivery{Status: status, Attempts: p.Attempts, ResponseStatus: p.Response, Reason: p.Reason}
-		upd.ReadyQueue, upd.UpdatedAt, upd.ExpiresAt = "", p.Now, p.Now.Add(domain.TTL(j.Status))
+		upd.ReadyQueue, upd.UpdatedAt, upd.ExpiresAt = "", p.Now, p.Now.Add(domain.RetentionTTL(j.Status, p.Retention))
 		return storekit.Result{}, w.update(j, &upd)
 	case storekit.OpProbe:
 		w.set(keyProbe, binary.BigEndian.AppendUint64(nil, uint64(o.At.UnixMilli())))
@@ -404,6 +413,23 @@ func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
 		return s.resetStale(w, o.Jobs, o.Stale)
 	case storekit.OpPurge:
 		return s.purge(w, o.Keys, o.At)
+	case storekit.OpRetry:
+		return s.retry(w, o.Retry)
+	case storekit.OpRunBatch:
+		return s.runBatch(w, o.Batch)
+	case storekit.OpSaveOperation:
+		rec, err := storekit.EncodeOperation(o.Operation)
+		if err != nil {
+			return storekit.Result{}, err
+		}
+		w.set(opKey(o.Operation.ID), rec)
+		return storekit.Result{}, nil
+	case storekit.OpPauseLane:
+		w.set(pauseKey(o.Pause.Upstream), pauseValue(o.Pause))
+		return storekit.Result{}, nil
+	case storekit.OpResumeLane:
+		w.del(pauseKey(o.Upstream))
+		return storekit.Result{}, nil
 	case storekit.OpDeleteFinished:
 		var n int64
 		for _, id := range o.IDs {
@@ -474,13 +500,17 @@ func (s *Store) finish(w *wbatch, p *ports.FinishParams) (storekit.Result, error
 		r = *p.Result
 	}
 	upd.Result = &r
+	if p.History != nil {
+		upd.History = p.History
+	}
+	ttl := domain.RetentionTTL(p.Status, p.Retention)
 	if p.DeliverIn == "" {
-		upd.ReadyQueue, upd.ExpiresAt = "", p.Now.Add(domain.TTL(p.Status))
+		upd.ReadyQueue, upd.ExpiresAt = "", p.Now.Add(ttl)
 		return storekit.Result{}, w.update(j, &upd)
 	}
 	upd.ReadyQueue, upd.ReadySeq = p.DeliverIn, s.seq+1
 	upd.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
-	upd.ExpiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL)) // time to deliver
+	upd.ExpiresAt = p.Now.Add(max(ttl, domain.QueuedTTL)) // time to deliver
 	if err := w.update(j, &upd); err != nil {
 		return storekit.Result{}, err
 	}

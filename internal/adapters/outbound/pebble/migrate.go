@@ -1,0 +1,94 @@
+package pebble
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.uber.org/zap"
+)
+
+// migrateChunk is how many records one batch of a migration indexes.
+const migrateChunk = 4096
+
+// migrate brings a layout 2 store to layout 3 before the writer starts: it
+// builds the x/ and i/ entries and the c/ counts from the records, then
+// sets m/format. Records stay as they are (version 1 reads as a job with no
+// history). The chunks commit without a sync and the last one, which holds
+// the counts and the new format, with one: a crash part way leaves format
+// 2, and the next open starts over, first dropping whatever an earlier run
+// (or an older build writing since) left under x/, i/ and c/.
+func (s *Store) migrate() error {
+	start := time.Now()
+	db := s.db
+	clear := db.NewBatch()
+	for _, p := range [][]byte{prefixStatus, prefixIndex, prefixCount} {
+		if err := clear.DeleteRange(p, prefixEnd(p), nil); err != nil {
+			return err
+		}
+	}
+	if err := clear.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	_ = clear.Close()
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefixJob, UpperBound: prefixEnd(prefixJob)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	w := &wbatch{b: db.NewBatch(), s: s, counts: map[counter]int64{}}
+	done, skipped := 0, 0
+	for ok := it.First(); ok; ok = it.Next() {
+		j, err := decodeMeta(it.Value())
+		if err != nil {
+			// Unreadable already (Get fails on it); it is left out of the
+			// indexes rather than keeping the whole store from opening.
+			s.log.Warn("pebble migration: skipping a corrupt job record", zap.ByteString("key", it.Key()), zap.Error(err))
+			skipped++
+			continue
+		}
+		w.putIndexes(nil, j)
+		if done++; done%migrateChunk == 0 {
+			if err := s.commitChunk(w, done); err != nil {
+				return err
+			}
+			w.b = db.NewBatch()
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	for c, n := range w.counts {
+		if n != 0 {
+			w.set(countKey(nil, c.dim, c.value, c.st), countValue(n))
+		}
+	}
+	w.set(keyFormat, []byte{layoutVersion})
+	if w.err != nil {
+		return w.err
+	}
+	if err := w.b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	_ = w.b.Close()
+	s.log.Info("pebble store migrated to layout 3", zap.Int("jobs", done), zap.Int("skipped", skipped),
+		zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+// commitChunk commits one chunk of a migration, done records in.
+func (s *Store) commitChunk(w *wbatch, done int) error {
+	if w.err != nil {
+		return w.err
+	}
+	if err := w.b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	_ = w.b.Close()
+	if h := s.opts.migrateHook; h != nil {
+		if err := h(done); err != nil {
+			return fmt.Errorf("after %d jobs: %w", done, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package pebble
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sort"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
+)
+
+var _ ports.OperatorStore = (*Store)(nil)
+
+// GetOperation implements ports.OperatorStore.
+func (s *Store) GetOperation(_ context.Context, id string) (*domain.Operation, error) {
+	var op *domain.Operation
+	err := s.read(func() error {
+		v, err := get(s.db, opKey(id))
+		if err != nil || v == nil {
+			return err
+		}
+		op, err = storekit.DecodeOperation(v)
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, wrapRead("get operation", err)
+	case op == nil:
+		return nil, domain.ErrNotFound
+	}
+	return op, nil
+}
+
+// Operations implements ports.OperatorStore. Operations are few (one per
+// bulk action an operator started), so it reads them all and sorts them.
+func (s *Store) Operations(_ context.Context, running bool) ([]*domain.Operation, error) {
+	var out []*domain.Operation
+	err := s.read(func() error {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixOp, UpperBound: prefixEnd(prefixOp)})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			op, err := storekit.DecodeOperation(it.Value())
+			if err != nil {
+				return errors.Join(err, it.Close())
+			}
+			if !running || op.State == domain.OpRunning {
+				out = append(out, op)
+			}
+		}
+		return errors.Join(it.Error(), it.Close())
+	})
+	if err != nil {
+		return nil, wrapRead("list operations", err)
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if !out[a].CreatedAt.Equal(out[b].CreatedAt) {
+			return out[a].CreatedAt.After(out[b].CreatedAt)
+		}
+		return out[a].ID > out[b].ID
+	})
+	return out, nil
+}
+
+// LanePauses implements ports.OperatorStore: the p/ keys, which sort in
+// upstream order.
+func (s *Store) LanePauses(context.Context) ([]domain.LanePause, error) {
+	out := []domain.LanePause{}
+	err := s.read(func() error {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixPause, UpperBound: prefixEnd(prefixPause)})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			p, ok := parsePause(it.Key(), it.Value())
+			if !ok {
+				return errors.Join(errCorruptPause, it.Close())
+			}
+			out = append(out, p)
+		}
+		return errors.Join(it.Error(), it.Close())
+	})
+	if err != nil {
+		return nil, wrapRead("list lane pauses", err)
+	}
+	return out, nil
+}
+
+var errCorruptPause = errors.New("corrupt lane pause")
+
+// pauseValue is the p/ value of a pause: when (Unix ms, varint), then the
+// reason's bytes.
+func pauseValue(p *domain.LanePause) []byte {
+	return append(binary.AppendVarint(nil, storekit.Millis(p.At)), p.Reason...)
+}
+
+func parsePause(k, v []byte) (domain.LanePause, bool) {
+	at, n := binary.Varint(v)
+	if n <= 0 {
+		return domain.LanePause{}, false
+	}
+	return domain.LanePause{Upstream: domain.UpstreamKey(k[len(prefixPause):]), At: storekit.FromMillis(at),
+		Reason: string(v[n:])}, true
+}
+
+// retry re-queues a finished job as a new attempt cycle (storekit.Retried)
+// with a fresh ReadySeq.
+func (s *Store) retry(w *wbatch, p *ports.RetryParams) (storekit.Result, error) {
+	j, err := w.load(p.ID)
+	if err != nil || j == nil || j.Expired(p.Now) {
+		return notFound, err
+	}
+	if !j.Retryable() {
+		return storekit.Result{Err: domain.ErrNotFinished}, nil
+	}
+	upd := storekit.Retried(j, s.seq+1, p.Now)
+	if err := w.update(j, upd); err != nil {
+		return storekit.Result{}, err
+	}
+	s.seq++
+	return storekit.Result{Job: upd}, nil
+}
+
+// runBatch applies one batch of a bulk operation and saves the operation's
+// new state in the same batch, so both commit together or not at all. It
+// checks the stored progress first (ErrOperationConflict) and reads every
+// job before it writes anything, so a refusal or a failed read leaves the
+// batch untouched.
+func (s *Store) runBatch(w *wbatch, p *ports.RunBatchParams) (storekit.Result, error) {
+	v, err := get(w.b, opKey(p.Op.ID))
+	if err != nil || v == nil {
+		return notFound, err
+	}
+	stored, err := storekit.DecodeOperation(v)
+	if err != nil {
+		return storekit.Result{}, err
+	}
+	if stored.Processed != p.PrevProcessed {
+		return storekit.Result{Err: ports.ErrOperationConflict}, nil
+	}
+	rec, err := storekit.EncodeOperation(p.Op)
+	if err != nil {
+		return storekit.Result{}, err
+	}
+	jobs := make([]*domain.Job, len(p.Items))
+	seen := make(map[domain.JobID]bool, len(p.Items))
+	for i, it := range p.Items {
+		if seen[it.ID] {
+			continue // acted on (or not) as its first listing said: a repeat would find it moved on
+		}
+		seen[it.ID] = true
+		if jobs[i], err = w.load(it.ID); err != nil {
+			return storekit.Result{}, err
+		}
+	}
+	var changed []domain.JobID
+	for i, j := range jobs {
+		if j == nil || j.Expired(p.Now) {
+			continue
+		}
+		switch {
+		case p.Op.Kind == domain.OpKindRetry && j.Retryable():
+			err = w.update(j, storekit.Retried(j, s.seq+1, p.Now))
+			s.seq++
+		case p.Op.Kind == domain.OpKindCancel && j.Status == domain.StatusQueued:
+			_, err = s.finish(w, storekit.CancelParams(j, p.Items[i], p))
+		default:
+			continue
+		}
+		if err != nil {
+			w.fail(err) // earlier jobs of the batch are written: fail the group, not half the batch
+			return storekit.Result{}, nil
+		}
+		changed = append(changed, j.ID)
+	}
+	w.set(opKey(p.Op.ID), rec)
+	return storekit.Result{IDs: changed}, nil
+}

@@ -1,0 +1,487 @@
+package pebble
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
+)
+
+// allStatuses are the status codes in the order counts and streams use.
+var allStatuses = []byte{stQueued, stInFlight, stCompleted, stFailed}
+
+// statusSlot is the position of a status code in allStatuses (-1 if none).
+func statusSlot(st byte) int {
+	for i, c := range allStatuses {
+		if c == st {
+			return i
+		}
+	}
+	return -1
+}
+
+// query is a job filter prepared for the indexes.
+type query struct {
+	f            *domain.JobFilter
+	tenantPrefix []byte // f.Tenant and the scope separator: the prefix of its users' user_ids
+	statuses     []byte // the status codes f lists, every status when it names none
+	none         bool   // f matches no job whatever is stored
+}
+
+func newQuery(f *domain.JobFilter) *query {
+	q := &query{f: f, statuses: allStatuses}
+	if f.Tenant != "" {
+		q.tenantPrefix = []byte(f.Tenant + scopeSep)
+		q.none = f.UserID != "" && !strings.HasPrefix(f.UserID, f.Tenant+scopeSep)
+	}
+	if len(f.Statuses) > 0 {
+		q.statuses = nil
+		for _, st := range allStatuses {
+			if s, _ := statusOf(st); f.HasStatus(s) {
+				q.statuses = append(q.statuses, st)
+			}
+		}
+		q.none = q.none || len(q.statuses) == 0
+	}
+	return q
+}
+
+// dimRef is one value of an i/ dimension.
+type dimRef struct {
+	dim   byte
+	value string
+}
+
+// dims are the i/ ranges that hold every job q can match. A user_id implies
+// its tenant, so with both only the user counts.
+func (q *query) dims() []dimRef {
+	var out []dimRef
+	f := q.f
+	if f.UserID != "" {
+		out = append(out, dimRef{dimUser, f.UserID})
+	} else if f.Tenant != "" && !strings.Contains(f.Tenant, scopeSep) {
+		out = append(out, dimRef{dimTenant, f.Tenant})
+	}
+	if f.Destination != "" {
+		out = append(out, dimRef{dimDest, string(f.Destination)})
+	}
+	return out
+}
+
+// counted reports whether the counters answer q's count: at most one
+// dimension and no other filter but statuses (dimAll for none).
+func (q *query) counted() (dimRef, bool) {
+	f := q.f
+	if f.PoolID != "" || !f.CreatedAfter.IsZero() || !f.CreatedBefore.IsZero() || f.ResponseStatus != 0 || f.Q != "" {
+		return dimRef{}, false
+	}
+	if f.Tenant != "" && f.UserID == "" && strings.Contains(f.Tenant, scopeSep) {
+		return dimRef{}, false
+	}
+	switch d := q.dims(); len(d) {
+	case 0:
+		return dimRef{dimAll, ""}, true
+	case 1:
+		return d[0], true
+	}
+	return dimRef{}, false
+}
+
+// needsRecord reports whether a job found through the i/ index must be
+// loaded to be rejected: the index does not hold its status or result.
+func (q *query) needsRecord() bool {
+	return len(q.statuses) < len(allStatuses) || q.f.ResponseStatus != 0
+}
+
+// loadCost is what loading a record costs against reading an index entry,
+// in the planner's rough units.
+const loadCost = 8
+
+// plan picks the index range a listing or count of q walks: the x/ streams
+// of its statuses (dim 0), or the i/ range of one of its dimensions. It
+// estimates, from the counters, how many entries each would read to find
+// limit matches (math.MaxInt: all of them) and what each costs, and takes
+// the cheapest. The estimate ignores the filters no counter covers
+// (created, pool, response status, q), which every choice applies alike.
+func (q *query) plan(r reader, limit int) (dimRef, error) {
+	all, err := readCounts(r, dimRef{dimAll, ""})
+	if err != nil {
+		return dimRef{}, err
+	}
+	entries := q.sum(all)
+	matches := entries
+	refs := q.dims()
+	perDim := make([][4]int64, len(refs))
+	for i, d := range refs {
+		if perDim[i], err = readCounts(r, d); err != nil {
+			return dimRef{}, err
+		}
+		matches = min(matches, q.sum(perDim[i]))
+	}
+	best, bestCost := dimRef{}, scanned(entries, matches, limit)
+	for i, d := range refs {
+		e := perDim[i][0] + perDim[i][1] + perDim[i][2] + perDim[i][3]
+		cost := scanned(e, matches, limit)
+		if q.needsRecord() || limit == math.MaxInt {
+			cost *= 1 + loadCost
+		}
+		if cost < bestCost {
+			best, bestCost = d, cost
+		}
+	}
+	return best, nil
+}
+
+// sum adds up counts over q's statuses.
+func (q *query) sum(c [4]int64) int64 {
+	var n int64
+	for _, st := range q.statuses {
+		n += c[statusSlot(st)]
+	}
+	return n
+}
+
+// scanned estimates the entries read from a range of n entries, matches of
+// them matching, to find limit matches, assuming matches spread evenly.
+func scanned(n, matches int64, limit int) float64 {
+	if limit == math.MaxInt || matches <= 0 {
+		return float64(n)
+	}
+	return min(float64(n), float64(limit)*float64(n)/float64(matches))
+}
+
+// readCounts reads the c/ counts of one dimension value, by status slot.
+func readCounts(r reader, d dimRef) ([4]int64, error) {
+	var out [4]int64
+	prefix := dimPrefix(nil, prefixCount, d.dim, d.value)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return out, err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		n, okv := parseCount(it.Value())
+		slot := -1
+		if len(k) == len(prefix)+1 {
+			slot = statusSlot(k[len(prefix)])
+		}
+		if !okv || slot < 0 {
+			return out, errors.Join(errCorruptCount, it.Close())
+		}
+		out[slot] = n
+	}
+	return out, errors.Join(it.Error(), it.Close())
+}
+
+// stream is one index range read newest first.
+type stream struct {
+	it     *pebble.Iterator
+	status bool // an x/ range: the entries carry the response status
+	valid  bool
+	seq    int64
+}
+
+func (st *stream) next(first bool) {
+	if first {
+		st.valid = st.it.First()
+	} else {
+		st.valid = st.it.Next()
+	}
+	if st.valid {
+		st.seq, st.valid = seqOfDesc(st.it.Key())
+	}
+}
+
+// openStreams opens the ranges of driver d for q, from the newest job with
+// Seq < before (0: from the newest).
+func openStreams(r reader, q *query, d dimRef, before int64) ([]*stream, error) {
+	var prefixes [][]byte
+	if d.dim == 0 {
+		for _, st := range q.statuses {
+			prefixes = append(prefixes, statusPrefix(nil, st))
+		}
+	} else {
+		prefixes = append(prefixes, indexPrefix(nil, d.dim, d.value))
+	}
+	var out []*stream
+	for _, p := range prefixes {
+		lower := p
+		if before > 0 {
+			lower = descSeq(append([]byte(nil), p...), before-1)
+		}
+		it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(p)})
+		if err != nil {
+			closeStreams(out)
+			return nil, err
+		}
+		st := &stream{it: it, status: d.dim == 0}
+		st.next(true)
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func closeStreams(ss []*stream) error {
+	var err error
+	for _, s := range ss {
+		err = errors.Join(err, s.it.Error(), s.it.Close())
+	}
+	return err
+}
+
+// newest returns the stream whose current entry is the newest job, or nil
+// when every stream is spent.
+func newest(ss []*stream) *stream {
+	var top *stream
+	for _, s := range ss {
+		if s.valid && (top == nil || s.seq > top.seq) {
+			top = s
+		}
+	}
+	return top
+}
+
+// ListJobs implements ports.OperatorStore. It reads one snapshot, so index
+// and records agree, and never the writer's batch: listing does not hold
+// up ingest. The plan (package doc) walks one index range, or merges the
+// status ranges, newest first; entries the summary rejects cost no record
+// read.
+func (s *Store) ListJobs(_ context.Context, p *ports.ListJobsParams) ([]*domain.Job, error) {
+	limit := max(p.Limit, 1)
+	q := newQuery(&p.Filter)
+	if q.none {
+		return nil, nil
+	}
+	var out []*domain.Job
+	err := s.read(func() error {
+		snap := s.db.NewSnapshot()
+		defer snap.Close()
+		d, err := q.plan(snap, limit)
+		if err != nil {
+			return err
+		}
+		ss, err := openStreams(snap, q, d, p.BeforeSeq)
+		if err != nil {
+			return err
+		}
+		for top := newest(ss); top != nil && len(out) < limit; top = newest(ss) {
+			j, err := q.candidate(snap, top, p)
+			if err != nil {
+				return errors.Join(err, closeStreams(ss))
+			}
+			if j != nil {
+				out = append(out, j)
+			}
+			top.next(false)
+		}
+		return closeStreams(ss)
+	})
+	if err != nil {
+		return nil, wrapRead("list jobs", err)
+	}
+	return out, nil
+}
+
+// candidate returns the job of a stream's current entry if it matches q
+// and is live at p.Now; nil otherwise.
+func (q *query) candidate(r reader, st *stream, p *ports.ListJobsParams) (*domain.Job, error) {
+	sum, ok := parseSummary(st.it.Value(), st.status)
+	if !ok {
+		return nil, errCorruptIndex
+	}
+	if !sum.passes(q, st.status) {
+		return nil, nil
+	}
+	v, closer, err := r.Get(jobKey(nil, domain.JobID(sum.id)))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, errCorruptIndex
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	if !st.status && len(v) > 2 && !q.hasStatus(v[2]) {
+		return nil, nil // the record's status byte, read without decoding it
+	}
+	j, err := decodeJob(v)
+	switch {
+	case err != nil:
+		return nil, err
+	case j.Seq != st.seq:
+		return nil, errCorruptIndex
+	case j.Expired(p.Now) || !q.f.Matches(j):
+		return nil, nil
+	}
+	return j, nil
+}
+
+func (q *query) hasStatus(st byte) bool {
+	for _, c := range q.statuses {
+		if c == st {
+			return true
+		}
+	}
+	return false
+}
+
+// errCorruptIndex is an index entry that does not match a record.
+var errCorruptIndex = errors.New("corrupt job index entry")
+
+// CountJobs implements ports.OperatorStore. With no filter, or one of user,
+// tenant or destination alone, the counters answer it: the c/ counts, less
+// the jobs expired but not purged yet (found in the expiry index, at most a
+// sweep interval's worth). Any other filter is counted by walking the
+// cheapest index range (plan); a q filter loads the record of every job
+// the other filters pass.
+func (s *Store) CountJobs(_ context.Context, p *ports.CountJobsParams) (map[domain.Status]int64, error) {
+	f := p.Filter
+	f.Statuses = nil
+	q := newQuery(&f)
+	out := map[domain.Status]int64{}
+	if q.none {
+		return out, nil
+	}
+	var c [4]int64
+	err := s.read(func() error {
+		snap := s.db.NewSnapshot()
+		defer snap.Close()
+		var err error
+		if d, ok := q.counted(); ok {
+			c, err = q.countByCounters(snap, d, p)
+		} else {
+			c, err = q.countByScan(snap, p)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, wrapRead("count jobs", err)
+	}
+	for i, n := range c {
+		if n > 0 {
+			st, _ := statusOf(allStatuses[i])
+			out[st] = n
+		}
+	}
+	return out, nil
+}
+
+// countByCounters is the c/ counts of d less the expired jobs q matches.
+func (q *query) countByCounters(r reader, d dimRef, p *ports.CountJobsParams) ([4]int64, error) {
+	c, err := readCounts(r, d)
+	if err != nil {
+		return c, err
+	}
+	err = expired(r, p, func(j *domain.Job) {
+		if q.f.MatchesIgnoringStatus(j) {
+			c[statusSlot(statusCode(j.Status))]--
+		}
+	})
+	return c, err
+}
+
+// countByScan counts q's jobs by walking the range plan picks.
+func (q *query) countByScan(r reader, p *ports.CountJobsParams) ([4]int64, error) {
+	var c [4]int64
+	d, err := q.plan(r, math.MaxInt)
+	if err != nil {
+		return c, err
+	}
+	gone := map[string]bool{}
+	if d.dim == 0 {
+		// The x/ entries do not carry expiry: leave out what the expiry
+		// index says has expired.
+		if err := expired(r, p, func(j *domain.Job) { gone[string(j.ID)] = true }); err != nil {
+			return c, err
+		}
+	}
+	ss, err := openStreams(r, q, d, 0)
+	if err != nil {
+		return c, err
+	}
+	for _, st := range ss {
+		for ; st.valid; st.next(false) {
+			slot, err := q.countEntry(r, st, gone, p)
+			if err != nil {
+				return c, errors.Join(err, closeStreams(ss))
+			}
+			if slot >= 0 {
+				c[slot]++
+			}
+		}
+	}
+	return c, closeStreams(ss)
+}
+
+// countEntry returns the status slot of the job of a stream's current entry
+// if q matches it and it is live, -1 otherwise.
+func (q *query) countEntry(r reader, st *stream, gone map[string]bool, p *ports.CountJobsParams) (int, error) {
+	sum, ok := parseSummary(st.it.Value(), st.status)
+	if !ok {
+		return -1, errCorruptIndex
+	}
+	if !sum.passes(q, st.status) || gone[string(sum.id)] {
+		return -1, nil
+	}
+	if st.status && q.f.Q == "" {
+		k := st.it.Key()
+		return statusSlot(k[len(prefixStatus)]), nil
+	}
+	j, err := loadMeta(r, domain.JobID(sum.id))
+	switch {
+	case err != nil:
+		return -1, err
+	case j == nil || j.Seq != st.seq:
+		return -1, errCorruptIndex
+	case j.Expired(p.Now) || !q.f.MatchesIgnoringStatus(j):
+		return -1, nil
+	}
+	return statusSlot(statusCode(j.Status)), nil
+}
+
+// expired calls fn with every job that the expiry index says has expired
+// at p.Now and that is still stored (not purged yet), read without bodies.
+func expired(r reader, p *ports.CountJobsParams, fn func(*domain.Job)) error {
+	upper := expiryKey(nil, storekit.Millis(p.Now)+1, "")
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefixExpiry, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		exp, id, ok := parseExpiryKey(it.Key())
+		if !ok {
+			continue
+		}
+		j, err := loadMeta(r, id)
+		if err != nil {
+			return errors.Join(err, it.Close())
+		}
+		// An entry whose job moved on is stale (Purge drops those).
+		if j != nil && storekit.Millis(j.ExpiresAt) == exp && j.Expired(p.Now) {
+			fn(j)
+		}
+	}
+	return errors.Join(it.Error(), it.Close())
+}
+
+// loadMeta reads the job's record without its bodies; nil if there is none.
+func loadMeta(g getter, id domain.JobID) (*domain.Job, error) {
+	v, closer, err := g.Get(jobKey(nil, id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	j, err := decodeMeta(v)
+	if err != nil {
+		return nil, err
+	}
+	return j, nil
+}
