@@ -108,7 +108,9 @@ func dimPrefix(b, prefix []byte, dim byte, value string) []byte {
 }
 
 // indexPrefix is the prefix of every i/ key of one dimension value.
-func indexPrefix(b []byte, dim byte, value string) []byte { return dimPrefix(b, prefixIndex, dim, value) }
+func indexPrefix(b []byte, dim byte, value string) []byte {
+	return dimPrefix(b, prefixIndex, dim, value)
+}
 
 func indexKey(b []byte, dim byte, value string, seq int64) []byte {
 	return descSeq(indexPrefix(b, dim, value), seq)
