@@ -131,7 +131,7 @@ func (q *query) plan(r reader, limit int) (dimRef, error) {
 		if q.needsRecord() || limit == math.MaxInt {
 			cost *= 1 + loadCost
 		}
-		if cost < bestCost {
+		if cost <= bestCost { // on a tie one range beats merging the status ranges
 			best, bestCost = d, cost
 		}
 	}

@@ -1,0 +1,325 @@
+package pebble
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
+)
+
+// scanPrefix returns every key and value under prefix.
+func scanPrefix(t *testing.T, r reader, prefix []byte) map[string]string {
+	t.Helper()
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for ok := it.First(); ok; ok = it.Next() {
+		out[string(it.Key())] = string(it.Value())
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkIndexes rebuilds the x/, i/ and c/ entries the records call for and
+// compares them, byte for byte, with the stored ones.
+func checkIndexes(t *testing.T, s *Store) {
+	t.Helper()
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	wantX, wantI, wantC := map[string]string{}, map[string]string{}, map[string]string{}
+	counts := map[counter]int64{}
+	for _, v := range scanPrefix(t, snap, prefixJob) {
+		j, err := decodeJob([]byte(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := statusCode(j.Status)
+		wantX[string(statusKey(nil, st, j.Seq))] = string(appendStatusValue(nil, j))
+		sum := string(appendSummary(nil, j))
+		dims(j, func(dim byte, value string) {
+			wantI[string(indexKey(nil, dim, value, j.Seq))] = sum
+			counts[counter{dim, value, st}]++
+		})
+		counts[counter{dimAll, "", st}]++
+	}
+	for c, n := range counts {
+		wantC[string(countKey(nil, c.dim, c.value, c.st))] = string(countValue(n))
+	}
+	for _, x := range []struct {
+		name   string
+		prefix []byte
+		want   map[string]string
+	}{{"x/", prefixStatus, wantX}, {"i/", prefixIndex, wantI}, {"c/", prefixCount, wantC}} {
+		got := scanPrefix(t, snap, x.prefix)
+		for k, v := range x.want {
+			if g, ok := got[k]; !ok || g != v {
+				t.Fatalf("%s entry %q = %q (present %v), want %q", x.name, k, g, ok, v)
+			}
+		}
+		for k, v := range got {
+			if _, ok := x.want[k]; !ok {
+				t.Fatalf("stray %s entry %q = %q", x.name, k, v)
+			}
+		}
+	}
+}
+
+// workload drives a store through every kind of write, at random.
+type workload struct {
+	t    *testing.T
+	s    *Store
+	rng  *rand.Rand
+	ids  *domain.IDGenerator
+	jobs []domain.JobID
+	n    int
+}
+
+var workUsers = []string{"alice", "bob", domain.Scope("acme", "alice"), domain.Scope("acme", "carol"), domain.Scope("zeta", "dan")}
+
+func (w *workload) insert() {
+	lanes := []domain.QueueKey{"a.test:80", "b.test:443", "pool:p1", "a.test:80|acme"}
+	lane := lanes[w.rng.IntN(len(lanes))]
+	w.n++
+	req := &domain.JobRequest{UserID: workUsers[w.rng.IntN(len(workUsers))], IdempotentKey: fmt.Sprint("k", w.rng.IntN(400)),
+		URL: "http://" + string(lane.Upstream()) + "/v1/path", Method: "POST", WebhookURL: "http://hooks.test/h"}
+	j := domain.NewJob(w.ids.New(), req, lane, time.Now().Add(-time.Duration(w.rng.IntN(3600))*time.Second))
+	if lane == "pool:p1" {
+		j.PoolID = "p1"
+	}
+	if w.rng.IntN(8) == 0 {
+		j.ExpiresAt = time.Now().Add(-time.Minute) // expired at once: listed never, purged soon
+	}
+	stored, _, err := w.s.Insert(w.t.Context(), j)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.jobs = append(w.jobs, stored.ID)
+}
+
+func (w *workload) pick() domain.JobID { return w.jobs[w.rng.IntN(len(w.jobs))] }
+
+// step does one random write; errors that the write's preconditions explain
+// (not found, not finished) are expected.
+func (w *workload) step() {
+	ctx, now, id := w.t.Context(), time.Now(), w.pick()
+	var err error
+	switch w.rng.IntN(12) {
+	case 0, 1:
+		w.insert()
+	case 2:
+		err = w.s.MarkInFlight(ctx, &ports.MarkInFlightParams{ID: id, At: now})
+	case 3:
+		err = w.s.Requeue(ctx, &ports.RequeueParams{ID: id, Phase: domain.PhaseDispatch, Attempts: 1,
+			History: []domain.Attempt{{At: now, Duration: time.Second, Status: 503}}, Now: now})
+	case 4:
+		st := []domain.Status{domain.StatusCompleted, domain.StatusFailed}[w.rng.IntN(2)]
+		deliver := domain.QueueKey("")
+		if w.rng.IntN(2) == 0 {
+			deliver = "hooks.test:80"
+		}
+		_, err = w.s.Finish(ctx, &ports.FinishParams{ID: id, Status: st, Attempts: 1, Now: now, DeliverIn: deliver,
+			Result: &domain.Result{ResponseStatus: []int{0, 200, 500}[w.rng.IntN(3)], Reason: "r"}})
+	case 5:
+		err = w.s.FinishDelivery(ctx, &ports.FinishDeliveryParams{ID: id, Delivered: true, Attempts: 1, Response: 200, Now: now})
+	case 6:
+		_, err = w.s.Retry(ctx, &ports.RetryParams{ID: id, Now: now})
+	case 7:
+		kind := []domain.OperationKind{domain.OpKindRetry, domain.OpKindCancel}[w.rng.IntN(2)]
+		op := &domain.Operation{ID: fmt.Sprint("op", w.n), Kind: kind, State: domain.OpRunning, CreatedAt: now, UpdatedAt: now}
+		if err = w.s.SaveOperation(ctx, op); err == nil {
+			next := *op
+			next.Processed = 3
+			_, err = w.s.RunBatch(ctx, &ports.RunBatchParams{Op: &next, Now: now,
+				Items: []ports.BatchItem{{ID: id}, {ID: w.pick(), DeliverIn: "hooks.test:80"}, {ID: id}}})
+		}
+	case 8:
+		err = w.s.Delete(ctx, id)
+	case 9:
+		_, err = w.s.Purge(ctx, &ports.PurgeParams{Now: now, Limit: 5})
+	case 10:
+		_, err = w.s.ResetStale(ctx, &ports.ResetStaleParams{DispatchedBefore: now, Now: now})
+	case 11:
+		_, err = w.s.DeleteFinished(ctx, 1<<62, 3)
+	}
+	if err != nil && domain.CodeOf(err) != domain.CodeNotFound && domain.CodeOf(err) != domain.CodeConflict {
+		w.t.Fatalf("step: %v", err)
+	}
+}
+
+// reference returns every live job, newest first, read one by one.
+func (w *workload) reference() []*domain.Job {
+	var out []*domain.Job
+	for _, id := range w.jobs {
+		if j, err := w.s.Get(w.t.Context(), id); err == nil && !slices.ContainsFunc(out, func(x *domain.Job) bool { return x.ID == j.ID }) {
+			out = append(out, j)
+		}
+	}
+	slices.SortFunc(out, func(a, b *domain.Job) int { return int(b.Seq - a.Seq) })
+	return out
+}
+
+var workFilters = []domain.JobFilter{
+	{},
+	{Statuses: []domain.Status{domain.StatusFailed}},
+	{Statuses: []domain.Status{domain.StatusQueued, domain.StatusInFlight}},
+	{Statuses: []domain.Status{domain.StatusInFlight}},
+	{UserID: "alice"},
+	{UserID: domain.Scope("acme", "alice"), Statuses: []domain.Status{domain.StatusCompleted}},
+	{Tenant: "acme"},
+	{Tenant: "acme", UserID: "alice"}, // a user outside the tenant: nothing
+	{Tenant: "acme", Destination: "a.test:80"},
+	{Destination: "pool:p1", Statuses: []domain.Status{domain.StatusFailed, domain.StatusCompleted}},
+	{Destination: "b.test:443", ResponseStatus: 500},
+	{PoolID: "p1"},
+	{Q: "PATH", Tenant: "zeta"},
+	{Statuses: []domain.Status{"bogus"}},
+}
+
+// checkQueries compares listings and counts with the reference.
+func (w *workload) checkQueries() {
+	t := w.t
+	all := w.reference()
+	for _, f := range workFilters {
+		var want []domain.JobID
+		wantCounts := map[domain.Status]int64{}
+		for _, j := range all {
+			if f.Matches(j) {
+				want = append(want, j.ID)
+			}
+			if f.MatchesIgnoringStatus(j) {
+				wantCounts[j.Status]++
+			}
+		}
+		var got []domain.JobID
+		for before := int64(0); ; {
+			page, err := w.s.ListJobs(t.Context(), &ports.ListJobsParams{Filter: f, BeforeSeq: before, Limit: 3, Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range page {
+				got = append(got, j.ID)
+			}
+			if len(page) < 3 {
+				break
+			}
+			before = page[len(page)-1].Seq
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("filter %+v: listed %v, want %v", f, got, want)
+		}
+		counts, err := w.s.CountJobs(t.Context(), &ports.CountJobsParams{Filter: f, Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(counts) != fmt.Sprint(wantCounts) {
+			t.Fatalf("filter %+v: counts %v, want %v", f, counts, wantCounts)
+		}
+	}
+}
+
+// TestIndexesFollowEveryWrite: after any mix of writes the x/, i/ and c/
+// entries are exactly what the records call for, and listings and counts
+// agree with reading every job.
+func TestIndexesFollowEveryWrite(t *testing.T) {
+	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := &workload{t: t, s: s, rng: rand.New(rand.NewPCG(17, 1)), ids: domain.NewIDGenerator(nil)}
+	for range 20 {
+		w.insert()
+	}
+	for round := range 15 {
+		for range 40 {
+			w.step()
+		}
+		w.insert() // commits any MarkInFlight still on its way
+		checkIndexes(t, s)
+		if round%3 == 0 {
+			w.checkQueries()
+		}
+	}
+	w.checkQueries()
+}
+
+// TestPlanPicksTheDenseRange: a filter on a small user is served by the
+// user's range, a status that few jobs have by its x/ range.
+func TestPlanPicksTheDenseRange(t *testing.T) {
+	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	ids := domain.NewIDGenerator(nil)
+	for i := range 300 {
+		user := "crowd"
+		if i%100 == 0 {
+			user = "rare"
+		}
+		j := domain.NewJob(ids.New(), &domain.JobRequest{UserID: user, IdempotentKey: fmt.Sprint(i), URL: "http://a.test/x", Method: "GET"},
+			"a.test:80", time.Now())
+		stored, _, err := s.Insert(ctx, j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 1 {
+			if _, err := s.Finish(ctx, &ports.FinishParams{ID: stored.ID, Status: domain.StatusFailed, Now: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		f    domain.JobFilter
+		want dimRef
+	}{
+		{domain.JobFilter{UserID: "rare"}, dimRef{dimUser, "rare"}},
+		{domain.JobFilter{UserID: "rare", Statuses: []domain.Status{domain.StatusQueued}}, dimRef{dimUser, "rare"}},
+		{domain.JobFilter{UserID: "crowd", Statuses: []domain.Status{domain.StatusFailed}}, dimRef{}},
+		{domain.JobFilter{Destination: "a.test:80"}, dimRef{dimDest, "a.test:80"}},
+		{domain.JobFilter{}, dimRef{}},
+	} {
+		var got dimRef
+		if err := s.read(func() error {
+			var err error
+			got, err = newQuery(&tc.f).plan(s.db, 100)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Fatalf("plan for %+v = %+v, want %+v", tc.f, got, tc.want)
+		}
+	}
+}
+
+// TestSummaryRoundTrip: an x/ value gives back what the filters read.
+func TestSummaryRoundTrip(t *testing.T) {
+	j := fullJob()
+	sum, ok := parseSummary(appendStatusValue(nil, j), true)
+	if !ok || string(sum.id) != string(j.ID) || string(sum.user) != j.UserID || string(sum.upstream) != string(j.Queue.Upstream()) ||
+		string(sum.pool) != j.PoolID || sum.created != storekit.Millis(j.CreatedAt) || sum.resp != 502 {
+		t.Fatalf("summary = %+v, %v", sum, ok)
+	}
+	if _, ok := parseSummary(appendStatusValue(nil, j), false); ok {
+		t.Fatal("an x/ value parsed as an i/ value")
+	}
+	if _, ok := parseSummary(bytes.Repeat([]byte{0xff}, 3), true); ok {
+		t.Fatal("garbage parsed as a summary")
+	}
+}
