@@ -8,9 +8,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// migrateChunk is how many records one batch of a migration indexes.
-const migrateChunk = 4096
-
 // migrate brings a layout 2 store to layout 3 before the writer starts: it
 // builds the x/ and i/ entries and the c/ counts from the records, then
 // sets m/format. Records stay as they are (version 1 reads as a job with no
@@ -48,7 +45,7 @@ func (s *Store) migrate() error {
 			continue
 		}
 		w.putIndexes(nil, j)
-		if done++; done%migrateChunk == 0 {
+		if done++; done%s.opts.migrateChunk == 0 {
 			if err := s.commitChunk(w, done); err != nil {
 				return err
 			}

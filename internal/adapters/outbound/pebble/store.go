@@ -50,6 +50,9 @@ type Options struct {
 	WriteProbeAfter time.Duration
 
 	fs vfs.FS // the filesystem; vfs.Default unless a test injects faults
+	// migrateChunk is how many records one batch of a migration indexes;
+	// default 4096.
+	migrateChunk int
 	// migrateHook, if set, is called after each chunk a migration commits
 	// (done: records indexed so far); an error stops the migration, as a
 	// crash would (tests).
@@ -68,6 +71,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.fs == nil {
 		o.fs = vfs.Default
+	}
+	if o.migrateChunk <= 0 {
+		o.migrateChunk = 4096
 	}
 	return o
 }
