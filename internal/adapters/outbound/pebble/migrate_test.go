@@ -39,7 +39,9 @@ func copyLayout2(t *testing.T) string {
 }
 
 // zaptestLogger sends the store's warnings and errors to the test log.
-func zaptestLogger(t *testing.T) *zap.Logger { return zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)) }
+func zaptestLogger(t *testing.T) *zap.Logger {
+	return zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+}
 
 // storedFormat reads m/format of a closed store.
 func storedFormat(t *testing.T, dir string) []byte {
