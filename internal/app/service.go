@@ -428,7 +428,7 @@ func (s *Service) Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	if j.Status == domain.StatusQueued && s.d.Executing(id) {
 		j.Status = domain.StatusInFlight // quick attempts are in flight only in memory
 	}
-	if tenantpkg.From(ctx) != "" {
+	if tenantpkg.Scoped(ctx) != "" {
 		j = j.Display() // as the tenant named it
 	}
 	return j, nil
