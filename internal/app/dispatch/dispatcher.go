@@ -480,6 +480,13 @@ func (d *Dispatcher) FinishCanceled(ctx context.Context, j *domain.Job) error {
 	if err := d.CommitFinish(ctx, j, domain.StatusFailed, j.Attempts, &domain.Result{Reason: domain.ReasonCanceled}); err != nil {
 		return err
 	}
+	d.dropFromLane(ctx, j)
+	return nil
+}
+
+// dropFromLane has j's lane forget any copy of j it holds. If ctx ends
+// first, the lane still drops it when it reaches it (isCanceled).
+func (d *Dispatcher) dropFromLane(ctx context.Context, j *domain.Job) {
 	d.mu.RLock()
 	l := d.lanes[j.Queue.Upstream()]
 	d.mu.RUnlock()
@@ -488,10 +495,8 @@ func (d *Dispatcher) FinishCanceled(ctx context.Context, j *domain.Job) error {
 		case l.drops <- j.ID:
 		case <-l.quit:
 		case <-ctx.Done():
-			// The lane still drops it when it reaches it (isCanceled).
 		}
 	}
-	return nil
 }
 
 // EndDispatch marks j's dispatch attempt as over.

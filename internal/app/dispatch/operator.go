@@ -236,3 +236,28 @@ func (d *Dispatcher) Retried(j *domain.Job) {
 	d.execMu.Unlock()
 	d.Offer(j)
 }
+
+// CanceledInBulk tells subscribers, metrics and quotas that a bulk cancel
+// ended j (claimed with ClaimCancel; the store has recorded it), and has
+// its lane forget it. Its webhook delivery, if any, is due in the store:
+// Reread the receiver's queue.
+func (d *Dispatcher) CanceledInBulk(j *domain.Job) {
+	res := &domain.Result{Reason: domain.ReasonCanceled}
+	d.cfg.Metrics.JobFinished(string(j.Upstream()), string(domain.StatusFailed))
+	d.tenants.Finished(domain.TenantOfJob(j))
+	d.events.Publish(domain.Event{Type: domain.EventFailed, JobID: j.ID, Attempt: j.Attempts, Result: res})
+	ctx, cancel := context.WithTimeout(d.loopCtx, time.Second)
+	defer cancel()
+	d.dropFromLane(ctx, j)
+}
+
+// Reread has the lane of queue q read it again from the start: the store
+// made work ready there that no lane was handed (a bulk operation's jobs).
+// The holder of the lane hears of it when another process dispatches it.
+func (d *Dispatcher) Reread(q domain.QueueKey) {
+	if d.owner.Holds(q.Upstream()) {
+		d.Notify(q, true)
+		return
+	}
+	d.owner.WorkElsewhere(&domain.Job{ReadyQueue: q, ReadySeq: 1}) // from the start
+}
