@@ -127,10 +127,10 @@ func (s *Store) retry(w *wbatch, p *ports.RetryParams) (storekit.Result, error) 
 }
 
 // runBatch applies one batch of a bulk operation and saves the operation's
-// new state in the same batch, so both commit together or not at all. It
-// checks the stored progress first (ErrOperationConflict) and reads every
-// job before it writes anything, so a refusal or a failed read leaves the
-// batch untouched.
+// new state, with the batch's changed and skipped counts added, in the same
+// batch, so both commit together or not at all. It checks the stored
+// progress, reads every job and decides what to do with each before it
+// writes anything, so a refusal or a failed read leaves the batch untouched.
 func (s *Store) runBatch(w *wbatch, p *ports.RunBatchParams) (storekit.Result, error) {
 	v, err := get(w.b, opKey(p.Op.ID))
 	if err != nil || v == nil {
@@ -143,40 +143,48 @@ func (s *Store) runBatch(w *wbatch, p *ports.RunBatchParams) (storekit.Result, e
 	if stored.Processed != p.PrevProcessed {
 		return storekit.Result{Err: ports.ErrOperationConflict}, nil
 	}
-	rec, err := storekit.EncodeOperation(p.Op)
-	if err != nil {
-		return storekit.Result{}, err
+	type change struct {
+		job  *domain.Job
+		item ports.BatchItem
 	}
-	jobs := make([]*domain.Job, len(p.Items))
+	var todo []change
 	seen := make(map[domain.JobID]bool, len(p.Items))
-	for i, it := range p.Items {
+	for _, it := range p.Items {
 		if seen[it.ID] {
-			continue // acted on (or not) as its first listing said: a repeat would find it moved on
+			continue // a repeat finds the job moved on, or as it was left
 		}
 		seen[it.ID] = true
-		if jobs[i], err = w.load(it.ID); err != nil {
+		j, err := w.load(it.ID)
+		if err != nil {
 			return storekit.Result{}, err
 		}
-	}
-	var changed []domain.JobID
-	for i, j := range jobs {
 		if j == nil || j.Expired(p.Now) {
 			continue
 		}
-		switch {
-		case p.Op.Kind == domain.OpKindRetry && j.Retryable():
-			err = w.update(j, storekit.Retried(j, s.seq+1, p.Now))
+		if (p.Op.Kind == domain.OpKindRetry && j.Retryable()) || (p.Op.Kind == domain.OpKindCancel && j.Status == domain.StatusQueued) {
+			todo = append(todo, change{j, it})
+		}
+	}
+	saved := *p.Op
+	saved.Changed += int64(len(todo))
+	saved.Skipped += int64(len(p.Items) - len(todo))
+	rec, err := storekit.EncodeOperation(&saved)
+	if err != nil {
+		return storekit.Result{}, err
+	}
+	changed := make([]domain.JobID, 0, len(todo))
+	for _, c := range todo {
+		if p.Op.Kind == domain.OpKindRetry {
+			err = w.update(c.job, storekit.Retried(c.job, s.seq+1, p.Now))
 			s.seq++
-		case p.Op.Kind == domain.OpKindCancel && j.Status == domain.StatusQueued:
-			_, err = s.finish(w, storekit.CancelParams(j, p.Items[i], p))
-		default:
-			continue
+		} else {
+			_, err = s.finish(w, storekit.CancelParams(c.job, c.item, p))
 		}
 		if err != nil {
 			w.fail(err) // earlier jobs of the batch are written: fail the group, not half the batch
 			return storekit.Result{}, nil
 		}
-		changed = append(changed, j.ID)
+		changed = append(changed, c.job.ID)
 	}
 	w.set(opKey(p.Op.ID), rec)
 	return storekit.Result{IDs: changed}, nil

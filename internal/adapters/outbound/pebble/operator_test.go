@@ -218,8 +218,8 @@ func bulkChild(dir string) {
 	time.Sleep(time.Minute) // the parent kills it long before
 }
 
-// runBulk runs op to its end in batches of bulkBatch, calling acked after
-// each committed batch.
+// runBulk runs op to its end in batches of bulkBatch, as internal/app/ops
+// does, calling acked after each committed batch.
 func runBulk(ctx context.Context, s *pebble.Store, op *domain.Operation, acked func(processed int64)) *domain.Operation {
 	for op.State == domain.OpRunning {
 		page, err := s.ListJobs(ctx, &ports.ListJobsParams{Filter: op.Filter, BeforeSeq: op.Cursor, Limit: bulkBatch, Now: time.Now()})
@@ -234,22 +234,18 @@ func runBulk(ctx context.Context, s *pebble.Store, op *domain.Operation, acked f
 			next.Cursor = j.Seq
 		}
 		next.Processed += int64(len(page))
-		if len(page) < bulkBatch {
+		if len(page) == 0 {
 			next.State = domain.OpCompleted
 		}
 		changed, err := s.RunBatch(ctx, &ports.RunBatchParams{Op: &next, PrevProcessed: op.Processed, Items: items, Now: time.Now()})
 		if err != nil {
 			panic(err)
 		}
+		// The store added the batch's counts to what it saved.
 		next.Changed += int64(len(changed))
-		next.Skipped += int64(len(page) - len(changed))
-		// Changed and Skipped are known once the batch ran: the next
-		// batch's save carries them (the app records them the same way).
+		next.Skipped += int64(len(items) - len(changed))
 		op = &next
 		acked(op.Processed)
-	}
-	if err := s.SaveOperation(ctx, op); err != nil {
-		panic(err)
 	}
 	return op
 }
