@@ -43,7 +43,7 @@ func TestOperatorStateSurvivesReopen(t *testing.T) {
 	retried, err := s.Retry(ctx, &ports.RetryParams{ID: b.ID, Now: at})
 	check(t, err)
 	op := &domain.Operation{ID: "op-1", Kind: domain.OpKindRetry, State: domain.OpRunning, Cursor: 99, Total: 5, Processed: 2,
-		Filter: domain.JobFilter{Statuses: []domain.Status{domain.StatusFailed}, Tenant: "acme", CreatedAfter: at.Add(-time.Hour)},
+		Filter:    domain.JobFilter{Statuses: []domain.Status{domain.StatusFailed}, Tenant: "acme", CreatedAfter: at.Add(-time.Hour)},
 		CreatedAt: at, UpdatedAt: at}
 	check(t, s.SaveOperation(ctx, op))
 	check(t, s.PauseLane(ctx, domain.LanePause{Upstream: "http://a.test:80", At: at, Reason: "incident"}))
@@ -158,6 +158,7 @@ func TestBulkRetrySurvivesKill(t *testing.T) {
 	if len(jobs) != bulkJobs || queued != op.Changed || op.Changed != op.Processed {
 		t.Fatalf("%d jobs, %d re-queued; operation %+v", len(jobs), queued, op)
 	}
+	t.Logf("killed after %d acknowledged batches: %d of %d jobs processed, cursor %d", batches, op.Processed, bulkJobs, op.Cursor)
 	// Resume, as the app does after a restart.
 	op = runBulk(t.Context(), s, op, func(int64) {})
 	if op.State != domain.OpCompleted || op.Changed != bulkJobs || op.Skipped != 0 {
