@@ -1,7 +1,9 @@
 package pebble_test
 
 import (
+	"flag"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,6 +91,102 @@ func BenchmarkLifecycle(b *testing.B) {
 				}
 			})
 			report(b, s, cpu)
+		})
+	}
+}
+
+var benchJobs = flag.Int("pebble.jobs", 100_000, "jobs in the store BenchmarkListJobs lists")
+
+// seedBench fills s with n jobs across 100 users (10 of them in tenant
+// acme) and 20 destinations: a tenth failed, six tenths completed, the rest
+// queued.
+func seedBench(b *testing.B, s *pebble.Store, n int) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
+				user := fmt.Sprint("user-", i%100)
+				if i%100 < 10 {
+					user = domain.Scope("acme", user)
+				}
+				j := storetest.NewJob(user, fmt.Sprint(i), fmt.Sprintf("host%d.test:80", i%20))
+				stored, _, err := s.Insert(b.Context(), j)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				var st domain.Status
+				switch i % 10 {
+				case 0:
+					st = domain.StatusFailed
+				case 1, 2, 3, 4, 5, 6:
+					st = domain.StatusCompleted
+				default:
+					continue
+				}
+				if _, err := s.Finish(b.Context(), &ports.FinishParams{ID: stored.ID, Seq: stored.Seq, Status: st, Attempts: 1,
+					Result: &domain.Result{ResponseStatus: 500, Reason: "upstream returned 500"}, Now: time.Now()}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkListJobs lists the first page (100 jobs) of common filters, and
+// counts, over a store of -pebble.jobs jobs.
+func BenchmarkListJobs(b *testing.B) {
+	s := openBench(b, 0)
+	defer s.Close()
+	start := time.Now()
+	seedBench(b, s, *benchJobs)
+	b.Logf("seeded %d jobs in %v", *benchJobs, time.Since(start))
+	failed := []domain.Status{domain.StatusFailed}
+	mid := int64(*benchJobs) // about half way down the seq range (inserts and finishes take one each)
+	for _, tc := range []struct {
+		name   string
+		f      domain.JobFilter
+		before int64
+	}{
+		{"status=failed", domain.JobFilter{Statuses: failed}, 0},
+		{"status=failed/deep", domain.JobFilter{Statuses: failed}, mid},
+		{"destination", domain.JobFilter{Destination: "host7.test:80"}, 0},
+		{"user_id", domain.JobFilter{UserID: "user-42"}, 0},
+		{"tenant+status=failed", domain.JobFilter{Tenant: "acme", Statuses: failed}, 0},
+		{"none", domain.JobFilter{}, 0},
+		{"q", domain.JobFilter{Q: "x", Statuses: failed}, 0},
+	} {
+		b.Run("list/"+tc.name, func(b *testing.B) {
+			for b.Loop() {
+				page, err := s.ListJobs(b.Context(), &ports.ListJobsParams{Filter: tc.f, BeforeSeq: tc.before, Limit: 100, Now: time.Now()})
+				if err != nil || len(page) != 100 {
+					b.Fatalf("ListJobs = %d jobs, %v", len(page), err)
+				}
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		f    domain.JobFilter
+	}{
+		{"none", domain.JobFilter{}},
+		{"user_id", domain.JobFilter{UserID: "user-42"}},
+		{"tenant", domain.JobFilter{Tenant: "acme"}},
+		{"destination", domain.JobFilter{Destination: "host7.test:80"}},
+		{"tenant+destination", domain.JobFilter{Tenant: "acme", Destination: "host7.test:80"}},
+		{"q", domain.JobFilter{Q: "refused"}},
+	} {
+		b.Run("count/"+tc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.CountJobs(b.Context(), &ports.CountJobsParams{Filter: tc.f, Now: time.Now()}); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -235,11 +235,12 @@ func (r *decoder) str(s string) string {
 // val may be reused once it returns.
 func decodeJob(val []byte) (*domain.Job, error) { return decodeRecord(val, true) }
 
-// decodeMeta is decodeJob without the request and result bodies, for
-// filters that look at a job without returning it.
+// decodeMeta is decodeJob without the request and result bodies, headers
+// and history, for filters and counts that look at a job without returning
+// it.
 func decodeMeta(val []byte) (*domain.Job, error) { return decodeRecord(val, false) }
 
-func decodeRecord(val []byte, bodies bool) (*domain.Job, error) {
+func decodeRecord(val []byte, full bool) (*domain.Job, error) {
 	if len(val) == 0 || (val[0] != recordVersion && val[0] != recordVersionV1) {
 		if len(val) == 0 {
 			return nil, errCorrupt
@@ -273,17 +274,22 @@ func decodeRecord(val []byte, bodies bool) (*domain.Job, error) {
 	if r.bad || r.off > bodyStart || nh > uint64(bodyStart-r.off)/2 {
 		return nil, errCorrupt
 	}
-	if flags&flagHeaders != 0 {
+	switch {
+	case flags&flagHeaders != 0 && full:
 		j.Headers = make(map[string]string, nh)
 		for range nh {
 			k := r.str(s)
 			j.Headers[k] = r.str(s)
 		}
-	} else if nh != 0 {
+	case flags&flagHeaders != 0:
+		for range 2 * nh {
+			r.str(s)
+		}
+	case nh != 0:
 		r.bad = true
 	}
 	if val[0] != recordVersionV1 {
-		j.History = r.history(s, bodyStart)
+		j.History = r.history(s, bodyStart, full)
 	}
 	status, okStatus := statusOf(stc)
 	if r.bad || r.off != bodyStart || !okStatus {
@@ -291,13 +297,13 @@ func decodeRecord(val []byte, bodies bool) (*domain.Job, error) {
 	}
 	j.ID, j.Queue, j.ReadyQueue, j.Status = domain.JobID(id), domain.QueueKey(lane), domain.QueueKey(readyLane), status
 	j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = storekit.FromMillis(created), storekit.FromMillis(updated), storekit.FromMillis(dispatched), storekit.FromMillis(expires)
-	if flags&flagBody != 0 && bodies {
+	if flags&flagBody != 0 && full {
 		j.Body = append(make([]byte, 0, bodyLen), val[bodyStart:bodyStart+int(bodyLen)]...)
 	}
 	if flags&flagResult != 0 {
 		res := &domain.Result{ResponseStatus: int(respStatus), BodyTruncated: flags&flagTruncated != 0,
 			ContentType: ctype, Reason: reason}
-		if flags&flagResultBody != 0 && bodies {
+		if flags&flagResultBody != 0 && full {
 			res.Body = append(make([]byte, 0, resBodyLen), val[bodyStart+int(bodyLen):]...)
 		}
 		j.Result = res
@@ -312,23 +318,26 @@ func decodeRecord(val []byte, bodies bool) (*domain.Job, error) {
 	return j, nil
 }
 
-// history reads a record's attempt history; nil when it has none. Each
-// attempt takes at least 6 bytes, which bounds the count before anything is
-// allocated.
-func (r *decoder) history(s string, end int) []domain.Attempt {
+// history reads a record's attempt history, keeping it if keep; nil when
+// it has none. Each attempt takes at least 6 bytes, which bounds the count
+// before anything is allocated.
+func (r *decoder) history(s string, end int, keep bool) []domain.Attempt {
 	n := r.uvarint()
 	if r.bad || r.off > end || n > uint64(end-r.off)/6 {
 		r.bad = true
 		return nil
 	}
-	if n == 0 {
-		return nil
+	var h []domain.Attempt
+	if keep && n > 0 {
+		h = make([]domain.Attempt, n)
 	}
-	h := make([]domain.Attempt, n)
-	for i := range h {
+	for i := range int(n) {
 		at, d, st := r.varint(), r.varint(), r.varint()
-		h[i] = domain.Attempt{At: storekit.FromMillis(at), Duration: time.Duration(d) * time.Millisecond, Status: int(st)}
-		h[i].Error, h[i].Signal, h[i].Member = r.str(s), r.str(s), r.str(s)
+		a := domain.Attempt{At: storekit.FromMillis(at), Duration: time.Duration(d) * time.Millisecond, Status: int(st)}
+		a.Error, a.Signal, a.Member = r.str(s), r.str(s), r.str(s)
+		if keep {
+			h[i] = a
+		}
 	}
 	return h
 }

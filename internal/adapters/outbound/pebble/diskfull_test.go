@@ -254,3 +254,69 @@ func TestDiskFullContract(t *testing.T) {
 		return storetest.Faulty{Store: s, Break: func(*testing.T) { full.Store(true) }, Heal: func(*testing.T) { full.Store(false) }}
 	})
 }
+
+// A bulk batch whose commit fails on a full disk changes no job and leaves
+// the operation's progress as it was: after space is freed the same batch
+// runs, once.
+func TestRunBatchOnAFullDiskChangesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var full atomic.Bool
+	s := openFull(t, dir, &full)
+	defer s.Close()
+	ctx := t.Context()
+	var items []ports.BatchItem
+	for i := range 5 {
+		j, _, err := s.Insert(ctx, storetest.NewJob("u", fmt.Sprint(i), "a.test:80"))
+		if err == nil {
+			_, err = s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusFailed, Attempts: 1,
+				Result: &domain.Result{Reason: "x"}, Now: time.Now()})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, ports.BatchItem{ID: j.ID, Seq: j.Seq})
+	}
+	op := &domain.Operation{ID: "op", Kind: domain.OpKindRetry, State: domain.OpRunning, Cursor: 1 << 40,
+		CreatedAt: time.Now(), UpdatedAt: time.Now()}
+	if err := s.SaveOperation(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	next := *op
+	next.Processed = 5
+	batch := &ports.RunBatchParams{Op: &next, Items: items, Now: time.Now()}
+	full.Store(true)
+	if _, err := s.RunBatch(ctx, batch); domain.CodeOf(err) != domain.CodeUnavailable {
+		t.Fatalf("RunBatch on a full disk = %v, want unavailable", err)
+	}
+	unchanged := func() {
+		t.Helper()
+		for _, it := range items {
+			if j, err := s.Get(ctx, it.ID); err != nil || j.Status != domain.StatusFailed {
+				t.Fatalf("job after a failed batch: %+v, %v", j, err)
+			}
+		}
+		if got, err := s.GetOperation(ctx, "op"); err != nil || got.Processed != 0 || got.Changed != 0 {
+			t.Fatalf("operation after a failed batch: %+v, %v", got, err)
+		}
+		c, err := s.CountJobs(ctx, &ports.CountJobsParams{Now: time.Now()})
+		if err != nil || c[domain.StatusFailed] != 5 || len(c) != 1 {
+			t.Fatalf("counts after a failed batch: %v, %v", c, err)
+		}
+	}
+	unchanged()
+	full.Store(false)
+	time.Sleep(reopenEvery + 10*time.Millisecond)
+	unchanged() // still, after the reopen from disk
+	changed, err := s.RunBatch(ctx, batch)
+	if err != nil || len(changed) != 5 {
+		t.Fatalf("RunBatch once space is freed = %v, %v", changed, err)
+	}
+	if got, err := s.GetOperation(ctx, "op"); err != nil || got.Processed != 5 || got.Changed != 5 {
+		t.Fatalf("operation after the batch: %+v, %v", got, err)
+	}
+	if _, err := s.RunBatch(ctx, batch); !errors.Is(err, ports.ErrOperationConflict) {
+		t.Fatalf("the same batch again = %v, want ErrOperationConflict", err)
+	}
+	checkIndexes(t, s)
+}

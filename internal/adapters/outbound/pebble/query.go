@@ -100,8 +100,12 @@ func (q *query) needsRecord() bool {
 }
 
 // loadCost is what loading a record costs against reading an index entry,
-// in the planner's rough units.
-const loadCost = 8
+// in the planner's rough units; recordScanCost what reading the next
+// record in key order costs.
+const (
+	loadCost       = 8
+	recordScanCost = 3
+)
 
 // plan picks the index range a listing or count of q walks: the x/ streams
 // of its statuses (dim 0), or the i/ range of one of its dimensions. It
@@ -125,6 +129,9 @@ func (q *query) plan(r reader, limit int) (dimRef, error) {
 		matches = min(matches, q.sum(perDim[i]))
 	}
 	best, bestCost := dimRef{}, scanned(entries, matches, limit)
+	if limit == math.MaxInt && q.f.Q != "" {
+		bestCost *= recordScanCost // a q count reads the records in key order instead (countRecords)
+	}
 	for i, d := range refs {
 		e := perDim[i][0] + perDim[i][1] + perDim[i][2] + perDim[i][3]
 		cost := scanned(e, matches, limit)
@@ -157,26 +164,28 @@ func scanned(n, matches int64, limit int) float64 {
 }
 
 // readCounts reads the c/ counts of one dimension value, by status slot.
+// It reads them with point lookups, not an iterator: each counter is
+// rewritten by nearly every group, and an iterator would step over every
+// version of it still in the memtable, where a lookup goes to the newest.
 func readCounts(r reader, d dimRef) ([4]int64, error) {
 	var out [4]int64
-	prefix := dimPrefix(nil, prefixCount, d.dim, d.value)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return out, err
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		n, okv := parseCount(it.Value())
-		slot := -1
-		if len(k) == len(prefix)+1 {
-			slot = statusSlot(k[len(prefix)])
+	k := countKey(nil, d.dim, d.value, 0)
+	for i, st := range allStatuses {
+		k[len(k)-1] = st
+		v, closer, err := r.Get(k)
+		if errors.Is(err, pebble.ErrNotFound) {
+			continue
 		}
-		if !okv || slot < 0 {
-			return out, errors.Join(errCorruptCount, it.Close())
+		if err != nil {
+			return out, err
 		}
-		out[slot] = n
+		n, ok := parseCount(v)
+		if err := closer.Close(); err != nil || !ok {
+			return out, errors.Join(err, errCorruptCount)
+		}
+		out[i] = n
 	}
-	return out, errors.Join(it.Error(), it.Close())
+	return out, nil
 }
 
 // stream is one index range read newest first.
@@ -392,6 +401,9 @@ func (q *query) countByScan(r reader, p *ports.CountJobsParams) ([4]int64, error
 	if err != nil {
 		return c, err
 	}
+	if d.dim == 0 && q.f.Q != "" {
+		return q.countRecords(r, p)
+	}
 	gone := map[string]bool{}
 	if d.dim == 0 {
 		// The x/ entries do not carry expiry: leave out what the expiry
@@ -416,6 +428,27 @@ func (q *query) countByScan(r reader, p *ports.CountJobsParams) ([4]int64, error
 		}
 	}
 	return c, closeStreams(ss)
+}
+
+// countRecords counts q's jobs by reading every record in key order: the
+// plan of a q count that no dimension narrows (the substring needs the
+// URL and the reason, which only records hold).
+func (q *query) countRecords(r reader, p *ports.CountJobsParams) ([4]int64, error) {
+	var c [4]int64
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefixJob, UpperBound: prefixEnd(prefixJob)})
+	if err != nil {
+		return c, err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		j, err := decodeMeta(it.Value())
+		if err != nil {
+			return c, errors.Join(err, it.Close())
+		}
+		if !j.Expired(p.Now) && q.f.MatchesIgnoringStatus(j) {
+			c[statusSlot(statusCode(j.Status))]++
+		}
+	}
+	return c, errors.Join(it.Error(), it.Close())
 }
 
 // countEntry returns the status slot of the job of a stream's current entry
