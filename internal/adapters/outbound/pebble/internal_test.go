@@ -29,6 +29,11 @@ func fullJob() *domain.Job {
 			ContentType: "application/octet-stream", Reason: "upstream returned 502"},
 		ReadyQueue: "hooks.example.test:443", ReadySeq: 99,
 		Delivery: &domain.Delivery{Status: domain.DeliveryPending, Attempts: 2, ResponseStatus: 503, Reason: "receiver returned 503"},
+		History: []domain.Attempt{
+			{At: at.Add(100 * time.Millisecond), Duration: 250 * time.Millisecond, Status: 429, Signal: domain.SignalRetryAfter},
+			{At: at.Add(500 * time.Millisecond), Duration: 30 * time.Second, Error: "timeout \x00 after 30s", Member: "gpu-1"},
+			{At: time.UnixMilli(-5), Duration: -time.Millisecond, Status: -1},
+		},
 	}
 }
 
@@ -75,6 +80,13 @@ func TestCodecRoundTrip(t *testing.T) {
 			j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, j.WebhookURL, j.Queue, j.ReadyQueue = "", "", "", "", "", "", "", ""
 		},
 		"large body": func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xab}, 1<<20) },
+		"no history": func(j *domain.Job) { j.History = nil },
+		"full history": func(j *domain.Job) {
+			j.History = nil
+			for i := range domain.MaxHistory {
+				j.History = append(j.History, domain.Attempt{At: j.CreatedAt.Add(time.Duration(i) * time.Second), Status: 500 + i})
+			}
+		},
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -88,6 +100,44 @@ func TestCodecRoundTrip(t *testing.T) {
 				t.Fatalf("nil-ness lost: headers %v/%v body %v/%v", got.Headers == nil, j.Headers == nil, got.Body == nil, j.Body == nil)
 			}
 		})
+	}
+}
+
+// TestCodecReadsVersion1: a record of layout 2 (version 1, no history)
+// decodes to the same job with no history.
+func TestCodecReadsVersion1(t *testing.T) {
+	j := fullJob()
+	j.History = nil
+	rec, err := encodeJob(nil, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Version 1 is version 2 without the history count (0 here) before
+	// the bodies.
+	bodies := len(j.Body) + len(j.Result.Body)
+	v1 := append(append([]byte(nil), rec[:len(rec)-bodies-1]...), rec[len(rec)-bodies:]...)
+	v1[0] = recordVersionV1
+	got, err := decodeJob(v1)
+	if err != nil || !reflect.DeepEqual(got, j) {
+		t.Fatalf("version 1 record decodes to %+v, %v; want %+v", got, err, j)
+	}
+}
+
+// TestDecodeMeta: the meta decoding is the full one without bodies,
+// headers and history.
+func TestDecodeMeta(t *testing.T) {
+	rec, err := encodeJob(nil, fullJob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeMeta(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fullJob()
+	want.Body, want.Headers, want.History, want.Result.Body = nil, nil, nil, nil
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decodeMeta = %+v\nwant %+v", got, want)
 	}
 }
 
@@ -196,6 +246,35 @@ func TestKeys(t *testing.T) {
 		ms, id, ok := parseExpiryKey(k)
 		if !ok || ms != times[i] || id != "id" {
 			t.Fatalf("expiry key %d = %d %q %v, want %d", i, ms, id, ok, times[i])
+		}
+	}
+	// x/ and i/ keys sort newest first and give back their seq.
+	seqs := []int64{1, 2, 255, 256, 1 << 40, 1<<63 - 1}
+	for i := 1; i < len(seqs); i++ {
+		newer, older := statusKey(nil, stFailed, seqs[i]), statusKey(nil, stFailed, seqs[i-1])
+		if bytes.Compare(newer, older) >= 0 {
+			t.Fatalf("x/ key of seq %d does not sort before seq %d", seqs[i], seqs[i-1])
+		}
+		if got, ok := seqOfDesc(indexKey(nil, dimUser, "u", seqs[i])); !ok || got != seqs[i] {
+			t.Fatalf("seqOfDesc(indexKey(%d)) = %d, %v", seqs[i], got, ok)
+		}
+	}
+	// One dimension value's i/ range holds no other value's keys, nor
+	// another dimension's; c/ keys of two values never collide.
+	values := []string{"a", "a\x00", "ab", "a\x1fb", ""}
+	for _, x := range values {
+		lo := indexPrefix(nil, dimUser, x)
+		hi := prefixEnd(lo)
+		for _, y := range values {
+			for _, dim := range []byte{dimUser, dimDest, dimTenant} {
+				k := indexKey(nil, dim, y, 7)
+				if in := bytes.Compare(k, lo) >= 0 && bytes.Compare(k, hi) < 0; in != (x == y && dim == dimUser) {
+					t.Fatalf("i/ key of %c %q in the range of user %q: %v", dim, y, x, in)
+				}
+				if x != y && bytes.Equal(countKey(nil, dim, x, stQueued), countKey(nil, dim, y, stQueued)) {
+					t.Fatalf("c/ keys of %q and %q collide", x, y)
+				}
+			}
 		}
 	}
 	if got := prefixEnd([]byte{'a', 0xff, 0xff}); !bytes.Equal(got, []byte{'b'}) {

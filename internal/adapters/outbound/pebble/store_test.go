@@ -61,6 +61,18 @@ func TestContractSmallGroups(t *testing.T) {
 	})
 }
 
+// TestOperatorContractSmallGroups runs the operator contract with groups of
+// one op.
+func TestOperatorContractSmallGroups(t *testing.T) {
+	storetest.ExerciseOperator(t, func(t *testing.T) ports.JobStore {
+		s, err := pebble.Open(t.Context(), pebble.Options{Dir: t.TempDir(), MaxBatch: 1, GatherYields: -1, CacheBytes: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
 func mustInsert(t *testing.T, s ports.JobStore, j *domain.Job) *domain.Job {
 	t.Helper()
 	stored, fresh, err := s.Insert(t.Context(), j)
@@ -526,10 +538,26 @@ func TestClosedStoreFailsEverything(t *testing.T) {
 			_, err := s.ResetStale(ctx, &ports.ResetStaleParams{DispatchedBefore: time.Now(), Now: time.Now()})
 			return err
 		},
-		"Purge":     func() error { _, err := s.Purge(ctx, &ports.PurgeParams{Now: time.Now(), Limit: 10}); return err },
-		"Counts":    func() error { _, err := s.Counts(ctx); return err },
-		"Ping":      func() error { return s.Ping(ctx) },
-		"SizeBytes": func() error { _, err := s.SizeBytes(ctx); return err },
+		"Purge":  func() error { _, err := s.Purge(ctx, &ports.PurgeParams{Now: time.Now(), Limit: 10}); return err },
+		"Counts": func() error { _, err := s.Counts(ctx); return err },
+		"Ping":   func() error { return s.Ping(ctx) },
+		"ListJobs": func() error {
+			_, err := s.ListJobs(ctx, &ports.ListJobsParams{Limit: 1, Now: time.Now()})
+			return err
+		},
+		"CountJobs":     func() error { _, err := s.CountJobs(ctx, &ports.CountJobsParams{Now: time.Now()}); return err },
+		"Retry":         func() error { _, err := s.Retry(ctx, &ports.RetryParams{ID: j.ID, Now: time.Now()}); return err },
+		"SaveOperation": func() error { return s.SaveOperation(ctx, &domain.Operation{ID: "op"}) },
+		"GetOperation":  func() error { _, err := s.GetOperation(ctx, "op"); return err },
+		"Operations":    func() error { _, err := s.Operations(ctx, false); return err },
+		"RunBatch": func() error {
+			_, err := s.RunBatch(ctx, &ports.RunBatchParams{Op: &domain.Operation{ID: "op"}, Now: time.Now()})
+			return err
+		},
+		"PauseLane":  func() error { return s.PauseLane(ctx, domain.LanePause{Upstream: "http://a.test:80"}) },
+		"ResumeLane": func() error { return s.ResumeLane(ctx, "http://a.test:80") },
+		"LanePauses": func() error { _, err := s.LanePauses(ctx); return err },
+		"SizeBytes":  func() error { _, err := s.SizeBytes(ctx); return err },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, domain.ErrClosed) {
