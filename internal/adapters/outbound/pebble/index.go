@@ -3,22 +3,24 @@ package pebble
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
-// summary is what the x/ and i/ entries carry of their job: enough to apply
-// every filter but q (and, in i/ entries, status and response status)
-// without loading the record.
+// summary is what an x/ entry carries of its job: enough to apply every
+// filter but q without loading the record. (An i/ entry carries only the
+// job id: its dimension and seq are in the key.)
 type summary struct {
 	created  int64 // Unix ms
-	resp     int64 // the result's HTTP status (x/ entries only; 0 without a result)
+	resp     int64 // the result's HTTP status (0 without a result)
 	id       []byte
 	user     []byte
 	upstream []byte
 	pool     []byte
+	idBuf    [32]byte // holds id when it was packed
 }
 
 // respStatus is the response status a summary records for j.
@@ -29,32 +31,74 @@ func respStatus(j *domain.Job) int64 {
 	return int64(j.Result.ResponseStatus)
 }
 
-// appendSummary appends the i/ value of j: created, then id, user_id,
-// upstream and pool id as length-prefixed strings. The x/ value is the same
-// followed by the response status (appendStatusValue).
-func appendSummary(b []byte, j *domain.Job) []byte {
+// appendStatusValue appends the x/ value of j: created, the job id
+// (appendID), then user_id, upstream and pool id as length-prefixed
+// strings, then the response status.
+func appendStatusValue(b []byte, j *domain.Job) []byte {
 	b = binary.AppendVarint(b, storekit.Millis(j.CreatedAt))
-	b = appendString(b, string(j.ID))
+	b = appendID(b, j.ID)
 	b = appendString(b, j.UserID)
 	b = appendString(b, string(j.Queue.Upstream()))
-	return appendString(b, j.PoolID)
+	b = appendString(b, j.PoolID)
+	return binary.AppendVarint(b, respStatus(j))
 }
 
-func appendStatusValue(b []byte, j *domain.Job) []byte {
-	return binary.AppendVarint(appendSummary(b, j), respStatus(j))
-}
-
-// parseSummary reads an i/ value, or with resp an x/ value. Its byte
-// slices alias v.
-func parseSummary(v []byte, resp bool) (summary, bool) {
-	r := decoder{b: v}
-	var s summary
-	s.created = r.varint()
-	s.id, s.user, s.upstream, s.pool = r.bytes(), r.bytes(), r.bytes(), r.bytes()
-	if resp {
-		s.resp = r.varint()
+// appendID appends a job id as the index values hold it: 1 and its 16
+// bytes for the 32 lowercase hex characters domain.IDGenerator makes, 0
+// and the length-prefixed string for any other.
+func appendID(b []byte, id domain.JobID) []byte {
+	if domain.ValidJobID(string(id)) {
+		b = append(b, 1)
+		for i := 0; i < len(id); i += 2 {
+			b = append(b, unhex(id[i])<<4|unhex(id[i+1]))
+		}
+		return b
 	}
-	return s, !r.bad && r.off == len(v)
+	return appendString(append(b, 0), string(id))
+}
+
+// unhex is the value of a lowercase hex digit.
+func unhex(c byte) byte {
+	if c >= 'a' {
+		return c - 'a' + 10
+	}
+	return c - '0'
+}
+
+// id reads a job id written by appendID; a packed one is expanded into
+// buf. The result aliases the decoder's buffer or buf.
+func (r *decoder) id(buf *[32]byte) []byte {
+	switch r.byte() {
+	case 1:
+		if r.bad || len(r.b)-r.off < 16 {
+			r.bad = true
+			return nil
+		}
+		hex.Encode(buf[:], r.b[r.off:r.off+16])
+		r.off += 16
+		return buf[:]
+	case 0:
+		return r.bytes()
+	}
+	r.bad = true
+	return nil
+}
+
+// parse reads an x/ value into s; its byte slices alias v or s.
+func (s *summary) parse(v []byte) bool {
+	r := decoder{b: v}
+	s.created = r.varint()
+	s.id = r.id(&s.idBuf)
+	s.user, s.upstream, s.pool = r.bytes(), r.bytes(), r.bytes()
+	s.resp = r.varint()
+	return !r.bad && r.off == len(v)
+}
+
+// parseIndexValue reads the job id of an i/ value into buf.
+func parseIndexValue(v []byte, buf *[32]byte) ([]byte, bool) {
+	r := decoder{b: v}
+	id := r.id(buf)
+	return id, !r.bad && r.off == len(v)
 }
 
 // bytes returns the next length-prefixed string of the decoder's buffer,
@@ -83,10 +127,9 @@ func tenantOf(user string) string {
 }
 
 // passes reports whether a job with summary s passes q's filters that the
-// summary holds, exactly as domain.JobFilter.Matches decides them; the
-// response status only if withResp (s is from an x/ entry). The record
-// decides the rest: q, expiry, and the status of an i/ entry.
-func (s *summary) passes(q *query, withResp bool) bool {
+// summary holds, exactly as domain.JobFilter.Matches decides them. The
+// record decides the rest: q and expiry.
+func (s *summary) passes(q *query) bool {
 	f := q.f
 	switch {
 	case f.UserID != "" && string(s.user) != f.UserID:
@@ -101,7 +144,7 @@ func (s *summary) passes(q *query, withResp bool) bool {
 		return false
 	case !f.CreatedBefore.IsZero() && !storekit.FromMillis(s.created).Before(f.CreatedBefore):
 		return false
-	case withResp && f.ResponseStatus != 0 && s.resp != int64(f.ResponseStatus):
+	case f.ResponseStatus != 0 && s.resp != int64(f.ResponseStatus):
 		return false
 	}
 	return true
@@ -144,7 +187,7 @@ func (w *wbatch) putIndexes(old, j *domain.Job) {
 	s := w.s
 	st := statusCode(j.Status)
 	if old == nil {
-		s.sbuf = appendSummary(s.sbuf[:0], j)
+		s.sbuf = appendID(s.sbuf[:0], j.ID)
 		dims(j, func(dim byte, value string) {
 			s.kbuf = indexKey(s.kbuf[:0], dim, value, j.Seq)
 			w.set(s.kbuf, s.sbuf)

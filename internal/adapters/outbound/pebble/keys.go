@@ -42,6 +42,8 @@ const (
 
 func jobKey(b []byte, id domain.JobID) []byte { return append(append(b, prefixJob...), id...) }
 
+func jobKeyBytes(b, id []byte) []byte { return append(append(b, prefixJob...), id...) }
+
 func idemKey(b []byte, user, key string) []byte {
 	b = binary.AppendUvarint(append(b, prefixKey...), uint64(len(user)))
 	return append(append(b, user...), key...)

@@ -93,12 +93,6 @@ func (q *query) counted() (dimRef, bool) {
 	return dimRef{}, false
 }
 
-// needsRecord reports whether a job found through the i/ index must be
-// loaded to be rejected: the index does not hold its status or result.
-func (q *query) needsRecord() bool {
-	return len(q.statuses) < len(allStatuses) || q.f.ResponseStatus != 0
-}
-
 // loadCost is what loading a record costs against reading an index entry,
 // in the planner's rough units; recordScanCost what reading the next
 // record in key order costs.
@@ -107,12 +101,14 @@ const (
 	recordScanCost = 3
 )
 
-// plan picks the index range a listing or count of q walks: the x/ streams
+// plan picks the index range a listing or count of q walks: the x/ ranges
 // of its statuses (dim 0), or the i/ range of one of its dimensions. It
 // estimates, from the counters, how many entries each would read to find
-// limit matches (math.MaxInt: all of them) and what each costs, and takes
-// the cheapest. The estimate ignores the filters no counter covers
-// (created, pool, response status, q), which every choice applies alike.
+// limit matches (math.MaxInt: all of them) and what rejecting the others
+// costs — nothing for an x/ entry, whose summary decides; a record read for
+// an i/ entry, which holds only the job id — and takes the cheapest. The
+// estimate ignores the filters no counter covers (created, pool, response
+// status, q).
 func (q *query) plan(r reader, limit int) (dimRef, error) {
 	all, err := readCounts(r, dimRef{dimAll, ""})
 	if err != nil {
@@ -134,11 +130,13 @@ func (q *query) plan(r reader, limit int) (dimRef, error) {
 	}
 	for i, d := range refs {
 		e := perDim[i][0] + perDim[i][1] + perDim[i][2] + perDim[i][3]
-		cost := scanned(e, matches, limit)
-		if q.needsRecord() || limit == math.MaxInt {
-			cost *= 1 + loadCost
+		n := scanned(e, matches, limit)
+		rejected := n - min(float64(limit), float64(matches))
+		if limit == math.MaxInt {
+			rejected = n // a count needs every entry's status: a record read each
 		}
-		if cost <= bestCost { // on a tie one range beats merging the status ranges
+		// On a tie one range beats merging the status ranges.
+		if cost := n + max(rejected, 0)*loadCost; cost <= bestCost {
 			best, bestCost = d, cost
 		}
 	}
@@ -298,16 +296,19 @@ func (s *Store) ListJobs(_ context.Context, p *ports.ListJobsParams) ([]*domain.
 }
 
 // candidate returns the job of a stream's current entry if it matches q
-// and is live at p.Now; nil otherwise.
+// and is live at p.Now; nil otherwise. An x/ entry is checked from its
+// summary before the record is read; an i/ entry by the record's status
+// byte before it is decoded.
 func (q *query) candidate(r reader, st *stream, p *ports.ListJobsParams) (*domain.Job, error) {
-	sum, ok := parseSummary(st.it.Value(), st.status)
+	var sum summary
+	id, ok := st.id(&sum)
 	if !ok {
 		return nil, errCorruptIndex
 	}
-	if !sum.passes(q, st.status) {
+	if st.status && !sum.passes(q) {
 		return nil, nil
 	}
-	v, closer, err := r.Get(jobKey(nil, domain.JobID(sum.id)))
+	v, closer, err := r.Get(jobKeyBytes(nil, id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, errCorruptIndex
 	}
@@ -328,6 +329,16 @@ func (q *query) candidate(r reader, st *stream, p *ports.ListJobsParams) (*domai
 		return nil, nil
 	}
 	return j, nil
+}
+
+// id reads the job id of the stream's current entry, and for an x/ entry
+// its summary into sum. The id aliases the entry or sum.
+func (st *stream) id(sum *summary) ([]byte, bool) {
+	if st.status {
+		ok := sum.parse(st.it.Value())
+		return sum.id, ok
+	}
+	return parseIndexValue(st.it.Value(), &sum.idBuf)
 }
 
 func (q *query) hasStatus(st byte) bool {
@@ -454,18 +465,20 @@ func (q *query) countRecords(r reader, p *ports.CountJobsParams) ([4]int64, erro
 // countEntry returns the status slot of the job of a stream's current entry
 // if q matches it and it is live, -1 otherwise.
 func (q *query) countEntry(r reader, st *stream, gone map[string]bool, p *ports.CountJobsParams) (int, error) {
-	sum, ok := parseSummary(st.it.Value(), st.status)
+	var sum summary
+	id, ok := st.id(&sum)
 	if !ok {
 		return -1, errCorruptIndex
 	}
-	if !sum.passes(q, st.status) || gone[string(sum.id)] {
-		return -1, nil
+	if st.status {
+		if !sum.passes(q) || gone[string(id)] {
+			return -1, nil
+		}
+		if q.f.Q == "" {
+			return statusSlot(st.it.Key()[len(prefixStatus)]), nil
+		}
 	}
-	if st.status && q.f.Q == "" {
-		k := st.it.Key()
-		return statusSlot(k[len(prefixStatus)]), nil
-	}
-	j, err := loadMeta(r, domain.JobID(sum.id))
+	j, err := loadMeta(r, jobKeyBytes(nil, id))
 	switch {
 	case err != nil:
 		return -1, err
@@ -490,7 +503,7 @@ func expired(r reader, p *ports.CountJobsParams, fn func(*domain.Job)) error {
 		if !ok {
 			continue
 		}
-		j, err := loadMeta(r, id)
+		j, err := loadMeta(r, jobKey(nil, id))
 		if err != nil {
 			return errors.Join(err, it.Close())
 		}
@@ -502,9 +515,10 @@ func expired(r reader, p *ports.CountJobsParams, fn func(*domain.Job)) error {
 	return errors.Join(it.Error(), it.Close())
 }
 
-// loadMeta reads the job's record without its bodies; nil if there is none.
-func loadMeta(g getter, id domain.JobID) (*domain.Job, error) {
-	v, closer, err := g.Get(jobKey(nil, id))
+// loadMeta reads the record at key k without its bodies (decodeMeta); nil
+// if there is none.
+func loadMeta(g getter, k []byte) (*domain.Job, error) {
+	v, closer, err := g.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
