@@ -182,7 +182,9 @@ func (w *wbatch) count(j *domain.Job, st byte, d int64) {
 // putIndexes writes the x/ and i/ entries and counts of j, a new job when
 // old is nil, otherwise a changed copy of old. A job's i/ entries never
 // change (user, queue and seq are fixed); its x/ entry moves when its
-// status changes and is rewritten when its response status does.
+// status changes and is rewritten when its response status does. Each
+// x/ and i/ key is set once and then single-deleted (sdel); the rewrite in
+// place deletes it first, so that stays true.
 func (w *wbatch) putIndexes(old, j *domain.Job) {
 	s := w.s
 	st := statusCode(j.Status)
@@ -197,10 +199,12 @@ func (w *wbatch) putIndexes(old, j *domain.Job) {
 		if ost == st && respStatus(old) == respStatus(j) {
 			return
 		}
+		s.kbuf = statusKey(s.kbuf[:0], ost, old.Seq)
 		if ost != st {
-			s.kbuf = statusKey(s.kbuf[:0], ost, old.Seq)
-			w.del(s.kbuf)
+			w.sdel(s.kbuf)
 			w.count(old, ost, -1)
+		} else {
+			w.del(s.kbuf) // rewritten in place: a plain delete keeps it one write since a delete
 		}
 	}
 	if old == nil || statusCode(old.Status) != st {
@@ -215,8 +219,8 @@ func (w *wbatch) putIndexes(old, j *domain.Job) {
 // counts.
 func (w *wbatch) removeIndexes(j *domain.Job) {
 	st := statusCode(j.Status)
-	w.del(statusKey(w.s.kbuf[:0], st, j.Seq))
-	dims(j, func(dim byte, value string) { w.del(indexKey(w.s.kbuf[:0], dim, value, j.Seq)) })
+	w.sdel(statusKey(w.s.kbuf[:0], st, j.Seq))
+	dims(j, func(dim byte, value string) { w.sdel(indexKey(w.s.kbuf[:0], dim, value, j.Seq)) })
 	w.count(j, st, -1)
 }
 

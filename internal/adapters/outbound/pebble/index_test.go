@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
@@ -252,6 +255,36 @@ func TestIndexesFollowEveryWrite(t *testing.T) {
 		checkIndexes(t, s)
 		if round%3 == 0 {
 			w.checkQueries(workFilters)
+		}
+	}
+	w.checkQueries(workFilters)
+}
+
+// TestSingleDeletesMeetOneWrite: after a mix of writes, flushed and
+// compacted to the bottom, Pebble reports no single delete that met other
+// than one write, and the indexes are still exact.
+func TestSingleDeletesMeetOneWrite(t *testing.T) {
+	core, logs := observer.New(zapcore.ErrorLevel)
+	s, err := Open(t.Context(), Options{Dir: t.TempDir(), Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := &workload{t: t, s: s, rng: rand.New(rand.NewPCG(5, 3)), ids: domain.NewIDGenerator(nil)}
+	for range 30 {
+		w.insert()
+	}
+	for round := range 4 {
+		for range 300 {
+			w.step()
+		}
+		w.insert()
+		if err := s.read(func() error { return s.db.Compact(t.Context(), []byte("a"), []byte("z"), false) }); err != nil {
+			t.Fatal(err)
+		}
+		checkIndexes(t, s)
+		if logs.Len() > 0 {
+			t.Fatalf("round %d: %s: %v", round, logs.All()[0].Message, logs.All()[0].ContextMap())
 		}
 	}
 	w.checkQueries(workFilters)

@@ -171,6 +171,12 @@ func (s *Store) openDB(readOnly bool) (*pebble.DB, error) {
 		MemTableStopWritesThreshold: memTables,
 		FS:                          o.fs,
 		ReadOnly:                    readOnly,
+		// The x/ and i/ entries are single-deleted (wbatch.sdel): Pebble
+		// reports a delete that did not meet exactly one write, which
+		// would mean an index entry could come back.
+		EventListener: &pebble.EventListener{PossibleAPIMisuse: func(info pebble.PossibleAPIMisuseInfo) {
+			o.Logger.Error("pebble reports a possible misuse of single deletes", zap.Stringer("info", info))
+		}},
 	}
 	if d := o.WALMinSyncInterval; d > 0 {
 		popts.WALMinSyncInterval = func() time.Duration { return d }

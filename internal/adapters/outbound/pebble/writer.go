@@ -252,6 +252,16 @@ func (w *wbatch) del(k []byte) {
 	}
 }
 
+// sdel single-deletes k, a key written once since it was last deleted (the
+// x/ and i/ entries): when the delete meets that write in a flush or
+// compaction both vanish, leaving no tombstone for listings to step over.
+// Any key that may have been written twice is deleted with del.
+func (w *wbatch) sdel(k []byte) {
+	if err := w.b.SingleDelete(k, nil); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
 // fail fails the group: for errors after an op has begun writing.
 func (w *wbatch) fail(err error) {
 	if w.err == nil {
