@@ -79,7 +79,7 @@
 //	r/<uvarint len(lane)><ready lane><ready_seq:8>   → <state:1><expires_at ms:8><job id>
 //	e/<expires_at ms:8><job id>                      → empty
 //	x/<status:1><^seq:8>                             → <summary><response status varint>
-//	i/<dim:1><uvarint len(value)><value><^seq:8>     → <summary>
+//	i/<dim:1><uvarint len(value)><value><^seq:8>     → <job id, packed>
 //	c/<dim:1><uvarint len(value)><value><status:1>   → <count:8>
 //	o/<operation id>                                 → the bulk operation (storekit.EncodeOperation, JSON)
 //	p/<upstream>                                     → <paused at ms varint><reason>
@@ -112,19 +112,28 @@
 // x/ is the status index: one entry per job, under its status code ('q',
 // 'f', 'c', 'x', as in records), newest first. It moves when the status
 // changes and is rewritten when the response status does; nothing else
-// touches it.
+// touches it. Its value, a summary, is <created_at ms varint>, the packed
+// job id, then user_id, upstream and pool id as length-prefixed strings:
+// every filter but q is decided from the entry, without loading the
+// record.
 //
 // i/ indexes jobs by dimension, newest first, one entry per job and
 // dimension: 'u' the stored user_id, 'd' the destination (the upstream of
 // the job's queue, Queue.Upstream()), and 't' the tenant (the part of a
 // scoped user_id before the scope separator; unscoped jobs have no 't'
 // entry). A job's dimensions and seq never change, so its i/ entries are
-// written by the insert and deleted with the job, nothing in between.
+// written by the insert and deleted with the job, nothing in between. The
+// value is only the job id, to keep the entries every insert writes small.
 //
-// A summary, the value of both, is <created_at ms varint> and the job id,
-// user_id, upstream and pool id as length-prefixed strings: every filter
-// but q (and, in i/ entries, status and response status) is decided from
-// the entry, without loading the record.
+// A packed job id is 1 and the 16 bytes of the 32 hex characters
+// domain.IDGenerator makes (0 and the length-prefixed string for any other
+// id). Each x/ and i/ key is written once between deletes, so it is
+// deleted with Pebble's SingleDelete: a delete that meets its write in a
+// flush or compaction drops both, instead of leaving a tombstone that
+// listings step over and compactions carry down (a job that finishes
+// within a memtable's lifetime leaves nothing of its x/q entry). Pebble
+// reports a single delete that met no write, or two, as a possible misuse,
+// which the store logs as an error.
 //
 // c/ holds how many stored jobs (expired ones included, until purged) have
 // each status, overall (dim '*', empty value) and per value of each i/
@@ -139,9 +148,11 @@
 // progress: the changes and the progress commit together or not at all.
 //
 // The hot path pays for this with, per job: on insert one x/ and two or
-// three i/ entries; on each status change (MarkInFlight, Requeue, Finish,
-// Retry) an x/ delete and set; on purge or delete the same entries deleted;
-// and a share of the group's counter writes.
+// three i/ entries (7 keys where layout 2 wrote 4); on each status change
+// (MarkInFlight, Requeue, Finish, Retry) an x/ delete and set; on purge or
+// delete the same entries deleted; and a share of the group's counter
+// writes. The extra keys cost most in Pebble's memtable inserts, flushes
+// and compactions, not in the writer (see BenchmarkInsertParallel).
 //
 // # Listing and counting
 //
@@ -154,21 +165,21 @@
 //     summary: no record is read for a job that does not match, except for
 //     q;
 //   - or the i/ range of the filter's user, tenant or destination, when
-//     that range is denser in matches: entries are checked from the summary
-//     (created, pool, the other dimensions), then the record's status byte
-//     before it is decoded.
+//     that range is denser in matches: each entry's record is read, its
+//     status byte checked before it is decoded.
 //
 // The estimate for each candidate is the entries it would read to find a
 // page, n·limit/matches, where n is the range's size and matches the
-// smallest count of any one dimension (over the filter's statuses); an i/
-// entry whose status is needed costs a record read (weighted 8). So
+// smallest count of any one dimension (over the filter's statuses), plus,
+// for an i/ range, a record read (weighted 8) per entry it rejects. So
 // status=failed walks x/x, destination=d walks i/d/d, user_id=u walks
 // i/u/u, tenant=t with status=failed walks x/x or i/t/t, whichever the
-// estimate makes cheaper, and no filter merges the four x/ ranges. A first page reads about limit index entries and limit records
-// when the filter is one of these, however many jobs are stored. BeforeSeq
-// is a seek to <prefix><^(BeforeSeq-1)>: a later page costs what the first
-// does. A created range, pool or response status filter is checked from
-// the summaries, so the walk reads more entries when it is selective, but
+// estimate makes cheaper, and no filter merges the four x/ ranges. A first
+// page reads about limit index entries and limit records when the filter
+// is one of these, however many jobs are stored. BeforeSeq is a seek to
+// <prefix><^(BeforeSeq-1)>: a later page costs what the first does. A
+// created range, pool or response status filter is checked from the x/
+// summaries, so the walk reads more entries when it is selective, but
 // still no records for jobs it rejects. A q filter needs the URL path and
 // the failure reason, which only records hold: each candidate passing the
 // other filters is read, so a rare substring reads many records (a scan;
