@@ -250,3 +250,80 @@ func runBulk(ctx context.Context, s *pebble.Store, op *domain.Operation, acked f
 	}
 	return op
 }
+
+// TestListingWhileIngesting lists and counts continuously while jobs are
+// inserted and finished: every page is newest first, matches its filter and
+// follows the previous page, and ingest completes (reads take no lock the
+// writer needs).
+func TestListingWhileIngesting(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				j, _, err := s.Insert(ctx, storetest.NewJob(fmt.Sprint("u", g), fmt.Sprint(i), fmt.Sprintf("h%d.test:80", i%3)))
+				if err == nil && i%2 == 0 {
+					_, err = s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusFailed, Now: time.Now(),
+						Result: &domain.Result{Reason: "x"}})
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	filters := []domain.JobFilter{{}, {Statuses: []domain.Status{domain.StatusFailed}}, {UserID: "u1"}, {Destination: "h2.test:80"}}
+	var reads sync.WaitGroup
+	reads.Add(1)
+	go func() {
+		defer reads.Done()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			f := filters[n%len(filters)]
+			before := int64(0)
+			for range 3 {
+				page, err := s.ListJobs(ctx, &ports.ListJobsParams{Filter: f, BeforeSeq: before, Limit: 20, Now: time.Now()})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for i, j := range page {
+					if !f.Matches(j) || (before > 0 && j.Seq >= before) || (i > 0 && j.Seq >= page[i-1].Seq) {
+						errs <- fmt.Errorf("filter %+v: page out of order or not matching at %d (seq %d, before %d)", f, i, j.Seq, before)
+						return
+					}
+				}
+				if len(page) < 20 {
+					break
+				}
+				before = page[len(page)-1].Seq
+			}
+			if _, err := s.CountJobs(ctx, &ports.CountJobsParams{Filter: f, Now: time.Now()}); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	reads.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	c, err := s.CountJobs(ctx, &ports.CountJobsParams{Now: time.Now()})
+	if err != nil || c[domain.StatusQueued] != 600 || c[domain.StatusFailed] != 600 {
+		t.Fatalf("counts after ingest = %v, %v", c, err)
+	}
+}
