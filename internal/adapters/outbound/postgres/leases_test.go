@@ -51,14 +51,17 @@ func keys(ls []ports.LaneLease) []domain.UpstreamKey {
 // one process's overlapping transactions, taking each other's leases as
 // strays and renewing them in any order. Each store now and then pauses all
 // its goroutines, long enough for its leases to run out, and sometimes
-// releases its lanes when it pauses. Every lease returned is recorded as
-// the time during which its store may dispatch the lane: from the return of
-// the call to the call's start plus the TTL (the lease runs at least until
-// the call's transaction's now() + TTL, and the database's now() is later
-// than the call's start), or to the release. No two stores' periods for a
-// lane may overlap. The TTL is short, so that leases change hands often; a
-// loaded machine may make a call slower than the TTL, whose leases then
-// hold for no time at all.
+// releases its lanes when it pauses; after a pause its goroutines either
+// start afresh or, like a process that stalled, renew the leases they held
+// as if nothing happened, and must not get back those the other store took
+// meanwhile. Every lease returned is recorded as the time during which its
+// store may dispatch the lane: from the return of the call to the call's
+// start plus the TTL (the lease runs at least until the call's
+// transaction's now() + TTL, and the database's now() is later than the
+// call's start), or to the release. No two stores' periods for a lane may
+// overlap. The TTL is short, so that leases change hands often; a loaded
+// machine may make a call slower than the TTL, whose leases then hold for
+// no time at all.
 func TestSyncLeasesIsExclusive(t *testing.T) {
 	t.Parallel()
 	schema := newSchema(t)
@@ -81,6 +84,7 @@ func TestSyncLeasesIsExclusive(t *testing.T) {
 		s      *Store
 		gate   sync.RWMutex // goroutines sync under RLock; a pause takes Lock
 		paused atomic.Bool
+		forget atomic.Bool // whether a paused goroutine drops its leases
 	}
 	runs := []*run{{s: openStore(t, schema, "a:1", nil)}, {s: openStore(t, schema, "b:1", nil)}}
 	var wg sync.WaitGroup
@@ -94,7 +98,9 @@ func TestSyncLeasesIsExclusive(t *testing.T) {
 				var held []ports.LaneLease
 				for time.Now().Before(end) {
 					if r.paused.Load() {
-						held = nil
+						if r.forget.Load() {
+							held = nil
+						}
 						time.Sleep(ttl / 4)
 						continue
 					}
@@ -128,6 +134,7 @@ func TestSyncLeasesIsExclusive(t *testing.T) {
 			for time.Now().Before(end) {
 				time.Sleep(2*ttl + time.Duration(rng.IntN(int(4*ttl))))
 				r.gate.Lock() // every goroutine of the store is between calls
+				r.forget.Store(rng.IntN(2) == 0)
 				r.paused.Store(true)
 				if rng.IntN(2) == 0 {
 					release := make([]ports.LaneLease, len(lanes))
