@@ -223,7 +223,7 @@ func TestRenewalNeverShortensLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = blocker.Rollback(context.Background()) }()
+	defer func() { _ = blocker.Rollback(context.Background()) }() // on failure, lets the first call end
 	var blockerPID int
 	if err := blocker.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&blockerPID); err != nil {
 		t.Fatal(err)
@@ -234,13 +234,14 @@ func TestRenewalNeverShortensLease(t *testing.T) {
 	if _, err := blocker.Exec(ctx, "SELECT 1 FROM aquifer_lanes WHERE upstream = $1 FOR UPDATE", string(lanes[0])); err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan []ports.LaneLease, 1)
+	type result struct {
+		got []ports.LaneLease
+		err error
+	}
+	first := make(chan result, 1)
 	go func() {
 		got, err := s.SyncLeases(context.Background(), &ports.SyncLeasesParams{Held: held, TTL: ttl})
-		if err != nil {
-			t.Error(err)
-		}
-		first <- got
+		first <- result{got, err}
 	}()
 	deadline := time.Now().Add(5 * time.Second)
 	for waiting := 0; waiting == 0; {
@@ -253,18 +254,19 @@ func TestRenewalNeverShortensLease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The first call's transaction started before this; let the database
-	// clock move on well past timestamp resolution before the second call.
+	// The first call's transaction, and its now(), started before this;
+	// the second call's now() is clearly later.
 	time.Sleep(200 * time.Millisecond)
-	if got := syncLeases(t, s, &ports.SyncLeasesParams{Held: held[1:], TTL: ttl}); len(got) != 1 {
+	second := []ports.LaneLease{{Upstream: lanes[1]}}
+	if got := syncLeases(t, s, &ports.SyncLeasesParams{Held: second, TTL: ttl}); len(got) != 1 {
 		t.Fatalf("the second renewal returned %v, want %s", keys(got), lanes[1])
 	}
 	granted := until()
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-first; len(got) != 2 {
-		t.Fatalf("the first renewal returned %v, want both lanes", keys(got))
+	if r := <-first; r.err != nil || len(r.got) != 2 {
+		t.Fatalf("the first renewal returned %v, %v; want both lanes", keys(r.got), r.err)
 	}
 	if after := until(); after.Before(granted) {
 		t.Fatalf("the first renewal, committed last, moved the lease's end back from %v to %v", granted, after)
