@@ -105,11 +105,7 @@ func build(o Options) (*Aquifer, error) {
 		}
 		aq.prom = pm
 	}
-	hashes := make(map[string]string, len(o.Tenants))
-	for _, t := range o.Tenants {
-		hashes[t.Name] = t.KeySHA256
-	}
-	aq.auth = httpkit.NewAuth(hashes)
+	aq.auth = httpkit.NewAuth(o.Tenants)
 	return aq, nil
 }
 
