@@ -295,7 +295,7 @@ func TestClientJobsGet(t *testing.T) {
 
 	r := c.ok(t, "jobs", "get", id)
 	for _, want := range []string{"job       " + id, "status    failed", "reason    upstream returned 500", "response  HTTP 500",
-		"attempt history (oldest first, the last 2 kept):", "AT", "TOOK", "ANSWER"} {
+		"attempt history, oldest first (2 attempts; a job keeps its last 10):", "AT", "TOOK", "ANSWER"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("jobs get lacks %q:\n%s", want, r.stdout)
 		}

@@ -291,7 +291,7 @@ func (c *client) printJob(j *jobView) {
 	if len(j.History) == 0 {
 		return
 	}
-	fmt.Fprintf(c.stdout, "\nattempt history (oldest first, the last %d kept):\n", len(j.History))
+	fmt.Fprintf(c.stdout, "\nattempt history, oldest first (%s; a job keeps its last 10):\n", plural(len(j.History), "attempt"))
 	tw = newTable(c.stdout)
 	row(tw, "AT", "TOOK", "ANSWER", "SIGNAL", "MEMBER")
 	for i := range j.History {
@@ -396,7 +396,7 @@ func (c *client) printLane(l *laneView) {
 	field("buffered", strconv.Itoa(l.Buffered)+" in memory")
 	field("oldest waiting", c.oldest(l))
 	if l.LastError != "" {
-		field("last error", l.LastError+" ("+c.when(l.LastErrorAt.Time)+")")
+		field("last error", l.LastError+", "+c.when(l.LastErrorAt.Time))
 	}
 	circuit := l.Circuit.State
 	if l.Circuit.ConsecutiveFailures > 0 {
