@@ -679,6 +679,9 @@ func (c *client) waitOperation(ctx context.Context, id string) error {
 	for {
 		raw, op, err := c.operation(ctx, id)
 		if err != nil {
+			if ctx.Err() != nil {
+				break // interrupted: say so below
+			}
 			return err
 		}
 		if line := progressLine(op); line != last {
@@ -700,10 +703,12 @@ func (c *client) waitOperation(ctx context.Context, id string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("stopped waiting; operation %s goes on (aquiferd operations get %s)", id, id)
 		case <-time.After(c.poll):
+			continue
 		}
+		break
 	}
+	return fmt.Errorf("stopped waiting; operation %s goes on (aquiferd operations get %s --wait)", id, id)
 }
 
 // lanesList is `aquiferd lanes list`.

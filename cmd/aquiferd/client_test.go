@@ -146,10 +146,14 @@ type result struct {
 
 func (c cli) run(t *testing.T, args ...string) result {
 	t.Helper()
+	return c.runCtx(t.Context(), args...)
+}
+
+func (c cli) runCtx(ctx context.Context, args ...string) result {
 	var out, errOut bytes.Buffer
 	cl := &client{lookup: func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }, term: c.term,
 		stdout: &out, stderr: &errOut, now: time.Now, poll: 20 * time.Millisecond}
-	err := cl.run(t.Context(), args[0], args[1:])
+	err := cl.run(ctx, args[0], args[1:])
 	return result{out.String(), errOut.String(), err}
 }
 
@@ -324,7 +328,7 @@ func TestClientRetry(t *testing.T) {
 
 	bad.failing.Store(false)
 	r := c.ok(t, "jobs", "retry", first)
-	if !strings.HasPrefix(r.stdout, "job "+first+" queued again") || !strings.Contains(r.stdout, "status    queued") {
+	if !strings.HasPrefix(r.stdout, "job "+first+" queued again") || !regexp.MustCompile(`\nstatus    (queued|in_flight)\n`).MatchString(r.stdout) {
 		t.Fatalf("jobs retry ID:\n%s", r.stdout)
 	}
 	if st := in.finish(t, "", first); st[0] != aquifer.StatusCompleted {
@@ -395,6 +399,44 @@ func TestClientRetry(t *testing.T) {
 	c.fails(t, "name a job id or a filter, not both", "jobs", "retry", first, "--status", "failed")
 	c.fails(t, "name a job id, or a filter for a bulk retry", "jobs", "retry")
 	c.fails(t, "a retry acts on completed and failed jobs only", "jobs", "retry", "--status", "queued", "--yes")
+}
+
+// TestClientWaitEnds: --wait reports a failed operation as an error, and
+// an interrupted wait says the operation goes on. (The operations are
+// served by a stand-in: real ones finish too fast to catch running.)
+func TestClientWaitEnds(t *testing.T) {
+	t.Parallel()
+	var polls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/operations/op_stuck":
+			n := polls.Add(1)
+			fmt.Fprintf(w, `{"id":"op_stuck","kind":"retry","state":"running","total":10,"processed":%d,"changed":%d,"skipped":0,"progress":%g}`,
+				min(n, 3), min(n, 3), float64(min(n, 3))/10)
+		case "/operations/op_bad":
+			fmt.Fprint(w, `{"id":"op_bad","kind":"cancel","state":"failed","total":4,"processed":2,"changed":2,"skipped":0,"progress":0.5,"error":"store unavailable"}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"error":"operation not found"}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := cli{env: map[string]string{"AQUIFER_URL": srv.URL}}
+
+	r := c.fails(t, "operation op_bad failed: store unavailable", "operations", "get", "op_bad", "--wait")
+	if !strings.Contains(r.stderr, "cancel op_bad: 2 of 4 (50%), 2 changed, 0 skipped — failed") || !strings.Contains(r.stdout, "error      store unavailable") {
+		t.Errorf("a failed operation: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	r = c.runCtx(ctx, "operations", "get", "op_stuck", "--wait")
+	if r.err == nil || r.err.Error() != "stopped waiting; operation op_stuck goes on (aquiferd operations get op_stuck --wait)" {
+		t.Fatalf("an interrupted wait: %v", r.err)
+	}
+	if got := lines(r.stderr); len(got) != 3 || got[2] != "retry op_stuck: 3 of 10 (30%), 3 changed, 0 skipped — running" {
+		t.Errorf("progress lines (one each time it moves): %q", got)
+	}
+	c.fails(t, "operation not found (HTTP 404)", "operations", "get", "op_none")
 }
 
 // TestClientCancel: one queued job, then every queued job to a paused
