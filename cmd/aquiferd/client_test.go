@@ -342,7 +342,7 @@ func TestClientRetry(t *testing.T) {
 		}
 	}))
 	t.Cleanup(hang.Close)
-	t.Cleanup(func() { close(release) }) // before the instance stops
+	t.Cleanup(func() { close(release) })                                                    // before the instance stops
 	c.fails(t, "job has not finished", "jobs", "retry", in.submit(t, "", "slow", hang.URL)) // queued or running
 
 	bad.failing.Store(true)
