@@ -141,6 +141,7 @@ func options(cfg *config.Config) aquifer.Options {
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		MaxResponseBytes: cfg.MaxResponseBytes,
 		LaneWindow:       cfg.LaneWindow,
+		FailedRetention:  cfg.FailedRetention,
 		Outage:           outage,
 		Admission: aquifer.AdmissionLimits{MemoryLimitMB: cfg.MemoryLimitMB, DBMaxBytes: cfg.DBMaxBytes,
 			RetryAfter: cfg.RetryAfter},

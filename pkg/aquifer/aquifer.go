@@ -86,6 +86,7 @@ func build(o Options) (*Aquifer, error) {
 		MaxBodyBytes:     o.MaxBodyBytes,
 		MaxResponseBytes: o.MaxResponseBytes,
 		WindowJobs:       o.LaneWindow,
+		FailedRetention:  o.FailedRetention,
 		Admission:        o.Admission,
 		L8:               l8cfg,
 		WebhookSecrets:   o.WebhookSecrets,
