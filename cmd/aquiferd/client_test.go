@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/config"
 	"github.com/aquiferhq/aquifer/pkg/aquifer"
 )
@@ -342,8 +341,10 @@ func TestClientRetry(t *testing.T) {
 		}
 	}))
 	t.Cleanup(hang.Close)
-	t.Cleanup(func() { close(release) })                                                    // before the instance stops
-	c.fails(t, "job has not finished", "jobs", "retry", in.submit(t, "", "slow", hang.URL)) // queued or running
+	// Closed before the instance stops (cleanups run last first).
+	t.Cleanup(func() { close(release) })
+	// A job queued or running cannot be retried.
+	c.fails(t, "job has not finished", "jobs", "retry", in.submit(t, "", "slow", hang.URL))
 
 	bad.failing.Store(true)
 	failed := []string{in.submit(t, "", "2", bad.URL+"/a"), in.submit(t, "", "3", bad.URL+"/b")}
@@ -541,7 +542,7 @@ func TestClientKeys(t *testing.T) {
 	t.Parallel()
 	in := newInstance(t, aquifer.Tenant{Name: "alpha", KeySHA256: config.HashKey("alpha-key")},
 		aquifer.Tenant{Name: "bravo", KeySHA256: config.HashKey("bravo-key")},
-		aquifer.Tenant{Name: "ops", KeySHA256: config.HashKey("ops-key"), Role: app.RoleAdmin})
+		aquifer.Tenant{Name: "ops", KeySHA256: config.HashKey("ops-key"), Role: aquifer.RoleAdmin})
 	up := newSwitchable(t, false)
 	id := in.submit(t, "alpha", "1", up.URL)
 	in.finish(t, "alpha", id)
