@@ -475,7 +475,7 @@ func (b *bulkFlags) add(fs *flag.FlagSet) {
 // jobsRetry is `aquiferd jobs retry ID` and the bulk retry.
 func (c *client) jobsRetry(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	return c.jobsAct(ctx, fs, args, "retry", func(id string) (json.RawMessage, string, error) {
-		raw, err := c.api.send(ctx, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/retry", nil)
+		raw, err := c.api.do(ctx, http.MethodPost, "/jobs/"+url.PathEscape(id)+"/retry", nil)
 		return raw, "job " + id + " queued again: a new attempt cycle, the same id and history", err
 	})
 }
@@ -484,7 +484,7 @@ func (c *client) jobsRetry(ctx context.Context, fs *flag.FlagSet, args []string)
 // cancel.
 func (c *client) jobsCancel(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	return c.jobsAct(ctx, fs, args, "cancel", func(id string) (json.RawMessage, string, error) {
-		raw, err := c.api.send(ctx, http.MethodDelete, "/jobs/"+url.PathEscape(id), nil)
+		raw, err := c.api.do(ctx, http.MethodDelete, "/jobs/"+url.PathEscape(id), nil)
 		return raw, "job " + id + " canceled: its request will not be sent", err
 	})
 }
@@ -530,7 +530,7 @@ func (c *client) bulk(ctx context.Context, b *bulkFlags, kind string) error {
 		return err
 	}
 	path := "/jobs/" + kind
-	dry, err := c.api.send(ctx, http.MethodPost, path, bulkRequest{Filter: filter, DryRun: true})
+	dry, err := c.api.do(ctx, http.MethodPost, path, bulkRequest{Filter: filter, DryRun: true})
 	if err != nil {
 		return err
 	}
@@ -548,7 +548,7 @@ func (c *client) bulk(ctx context.Context, b *bulkFlags, kind string) error {
 		fmt.Fprintf(c.stdout, "%s jobs would be %s (dry run: nothing was changed)\n", humanInt(count.Count), verb)
 		return nil
 	}
-	if count.Count == 0 && !b.yes {
+	if count.Count == 0 {
 		fmt.Fprintf(c.stderr, "no jobs match: nothing to %s\n", kind)
 		return nil
 	}
@@ -557,7 +557,7 @@ func (c *client) bulk(ctx context.Context, b *bulkFlags, kind string) error {
 			return err
 		}
 	}
-	raw, err := c.api.send(ctx, http.MethodPost, path, bulkRequest{Filter: filter})
+	raw, err := c.api.do(ctx, http.MethodPost, path, bulkRequest{Filter: filter})
 	if err != nil {
 		return err
 	}
@@ -773,7 +773,7 @@ func (c *client) lanesPause(ctx context.Context, fs *flag.FlagSet, args []string
 	if *reason != "" {
 		body = map[string]string{"reason": *reason}
 	}
-	raw, err := c.api.send(ctx, http.MethodPost, lanePath(pos[0])+"/pause", body)
+	raw, err := c.api.do(ctx, http.MethodPost, lanePath(pos[0])+"/pause", body)
 	if err != nil {
 		return err
 	}
@@ -789,7 +789,7 @@ func (c *client) lanesResume(ctx context.Context, fs *flag.FlagSet, args []strin
 	if err := wantArgs(fs, pos, 1, "a destination (scheme://host[:port] or pool:ID)"); err != nil {
 		return err
 	}
-	raw, err := c.api.send(ctx, http.MethodPost, lanePath(pos[0])+"/resume", nil)
+	raw, err := c.api.do(ctx, http.MethodPost, lanePath(pos[0])+"/resume", nil)
 	if err != nil {
 		return err
 	}
@@ -842,10 +842,6 @@ func (a *apiClient) get(ctx context.Context, path string, q url.Values) (json.Ra
 		path += "?" + q.Encode()
 	}
 	return a.do(ctx, http.MethodGet, path, nil)
-}
-
-func (a *apiClient) send(ctx context.Context, method, path string, body any) (json.RawMessage, error) {
-	return a.do(ctx, method, path, body)
 }
 
 // maxAnswer bounds what the client reads of one answer.

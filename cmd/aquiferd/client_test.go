@@ -680,6 +680,13 @@ func TestClientFormats(t *testing.T) {
 	if got := c.when(now.Add(-3 * time.Minute)); !strings.HasSuffix(got, " (3m ago)") {
 		t.Errorf("when: %q", got)
 	}
+	f := map[string]any{"status": []any{"failed", "completed"}, "created_after": float64(1777636800000), "q": "", "response_status": float64(503)}
+	if got, want := filterText(f), "created_after="+time.UnixMilli(1777636800000).Local().Format(time.RFC3339)+" response_status=503 status=failed,completed"; got != want {
+		t.Errorf("filterText: %q, want %q", got, want)
+	}
+	if got := filterText(map[string]any{}); got != "(every job)" {
+		t.Errorf("filterText of nothing: %q", got)
+	}
 	if got := lanePath("https://api.example.com:443"); got != "/lanes/https%3A%2F%2Fapi.example.com%3A443" {
 		t.Errorf("lanePath: %q", got)
 	}

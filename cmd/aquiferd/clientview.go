@@ -496,6 +496,9 @@ func filterText(f map[string]any) string {
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
 		v := f[k]
+		if ms, ok := v.(float64); ok && strings.HasPrefix(k, "created_") { // Unix milliseconds
+			v = time.UnixMilli(int64(ms)).Local().Format("2006-01-02T15:04:05Z07:00")
+		}
 		if list, ok := v.([]any); ok {
 			s := make([]string, len(list))
 			for i, x := range list {
