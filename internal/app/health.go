@@ -22,14 +22,14 @@ type Health struct {
 	L8PublicKey         string `json:"l8_public_key,omitempty"`
 	StandardWebhooksKey string `json:"standard_webhooks_public_key,omitempty"`
 
-	Store     StoreHealth           `json:"store"`
-	Jobs      JobCounts             `json:"jobs"`
-	Lanes     []LaneHealth          `json:"lanes"`
+	Store StoreHealth  `json:"store"`
+	Jobs  JobCounts    `json:"jobs"`
+	Lanes []LaneHealth `json:"lanes"`
 	// PausedLanes are the destinations an operator paused, whether or not
 	// they have a live lane.
-	PausedLanes []PausedLane `json:"paused_lanes"`
-	Admission *AdmissionHealth      `json:"admission,omitempty"`
-	Pools     map[string]PoolHealth `json:"pools"`
+	PausedLanes []PausedLane          `json:"paused_lanes"`
+	Admission   *AdmissionHealth      `json:"admission,omitempty"`
+	Pools       map[string]PoolHealth `json:"pools"`
 	// Proxy is each destination's edge-proxy mode (only destinations the
 	// proxy has seen fall back).
 	Proxy map[string]ProxyHealth `json:"proxy,omitempty"`

@@ -109,7 +109,6 @@ func (s *Service) laneKey(ctx context.Context, dest string) (domain.UpstreamKey,
 	return destination(dest)
 }
 
-
 func (s *Service) lane(ctx context.Context, u domain.UpstreamKey) (*LaneView, error) {
 	rate := s.cfg.Rates.For(u)
 	v := &LaneView{Destination: u, CeilingRPS: rate.RPS, CeilingMaxConcurrent: rate.MaxConcurrent,

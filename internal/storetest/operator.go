@@ -157,9 +157,9 @@ func testListMatchesFilter(t *testing.T, s ports.JobStore, o ports.OperatorStore
 		{CreatedAfter: mid},
 		{CreatedBefore: mid},
 		{CreatedAfter: mid.Add(-20 * time.Minute), CreatedBefore: mid.Add(10 * time.Minute), Tenant: "acme"},
-		{Q: "chat"},       // a path, in another case
-		{Q: "REFUSED"},    // a reason
-		{Q: "secret"},     // only in the query string: never matched
+		{Q: "chat"},    // a path, in another case
+		{Q: "REFUSED"}, // a reason
+		{Q: "secret"},  // only in the query string: never matched
 		{Q: "unavailable", Statuses: []domain.Status{domain.StatusFailed}},
 		{Q: "/v1/", Destination: "a.test:80", CreatedAfter: mid},
 	}
