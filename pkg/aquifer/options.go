@@ -178,8 +178,8 @@ func WebhookSecrets(published ...string) []WebhookSecret {
 func NewWebhookSecret() (string, error) { return l8.NewSecret() }
 
 // WithTenant returns ctx acting for the named tenant: Enqueue, Get,
-// Subscribe, Wait and Cancel then see only that tenant's jobs, and its
-// quota and caps apply. A front door calls it after authenticating a
+// Subscribe, Wait, Cancel and the operator calls (ListJobs, Retry, …)
+// then see only that tenant's jobs, and its quota and caps apply. A front door calls it after authenticating a
 // caller. Without it (or with ""), calls act as the operator and see every
 // job.
 func WithTenant(ctx context.Context, name string) context.Context {

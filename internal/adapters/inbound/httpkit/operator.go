@@ -1,6 +1,7 @@
 package httpkit
 
 import (
+	"math"
 	"strings"
 	"time"
 
@@ -220,7 +221,7 @@ func NewLaneJSON(v *app.LaneView, caller string, now time.Time) LaneJSON {
 		AccountQueues: v.AccountQueues, Queues: make([]QueueJSON, 0, len(v.Queues)), Circuit: circuitJSON(v.Circuit),
 		Live: v.Live, HeldBy: v.HeldBy}
 	if !v.OldestQueued.IsZero() {
-		out.OldestQueuedAgeSeconds = max(now.Sub(v.OldestQueued).Seconds(), 0)
+		out.OldestQueuedAgeSeconds = max(math.Round(now.Sub(v.OldestQueued).Seconds()*1000)/1000, 0)
 	}
 	for _, q := range v.Queues {
 		out.Queues = append(out.Queues, QueueJSON{Queue: strings.ReplaceAll(string(q.Queue), "\x1f", "/"),
