@@ -179,6 +179,7 @@ func BenchmarkListJobs(b *testing.B) {
 		{"tenant", domain.JobFilter{Tenant: "acme"}},
 		{"destination", domain.JobFilter{Destination: "host7.test:80"}},
 		{"tenant+destination", domain.JobFilter{Tenant: "acme", Destination: "host7.test:80"}},
+		{"created_after", domain.JobFilter{CreatedAfter: time.Now().Add(-time.Hour)}},
 		{"q", domain.JobFilter{Q: "refused"}},
 	} {
 		b.Run("count/"+tc.name, func(b *testing.B) {

@@ -171,7 +171,8 @@
 // The estimate for each candidate is the entries it would read to find a
 // page, n·limit/matches, where n is the range's size and matches the
 // smallest count of any one dimension (over the filter's statuses), plus,
-// for an i/ range, a record read (weighted 8) per entry it rejects. So
+// for an i/ range, a record read per entry it rejects (weighted 16: a
+// point read costs about as much as reading 16 x/ entries). So
 // status=failed walks x/x, destination=d walks i/d/d, user_id=u walks
 // i/u/u, tenant=t with status=failed walks x/x or i/t/t, whichever the
 // estimate makes cheaper, and no filter merges the four x/ ranges. A first

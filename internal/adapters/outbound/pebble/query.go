@@ -93,12 +93,14 @@ func (q *query) counted() (dimRef, bool) {
 	return dimRef{}, false
 }
 
-// loadCost is what loading a record costs against reading an index entry,
-// in the planner's rough units; recordScanCost what reading the next
-// record in key order costs.
+// loadCost is what loading a record by a point read costs against reading
+// an x/ entry, in the planner's rough units; recordScanCost what reading and
+// checking the next record in key order costs. Measured with
+// BenchmarkListJobs over 100,000 jobs: about 0.3 µs an x/ entry, 5 µs a
+// point read, 1.8 µs a record read in order.
 const (
-	loadCost       = 8
-	recordScanCost = 3
+	loadCost       = 16
+	recordScanCost = 6
 )
 
 // plan picks the index range a listing or count of q walks: the x/ ranges
