@@ -1,9 +1,11 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -409,38 +411,96 @@ func (q *query) countByCounters(r reader, d dimRef, p *ports.CountJobsParams) ([
 
 // countByScan counts q's jobs by walking the range plan picks.
 func (q *query) countByScan(r reader, p *ports.CountJobsParams) ([4]int64, error) {
-	var c [4]int64
 	d, err := q.plan(r, math.MaxInt)
-	if err != nil {
-		return c, err
-	}
-	if d.dim == 0 && q.f.Q != "" {
+	switch {
+	case err != nil:
+		return [4]int64{}, err
+	case d.dim != 0:
+		return q.countIndexRange(r, d, p)
+	case q.f.Q != "":
 		return q.countRecords(r, p)
 	}
+	return q.countStatusRanges(r, p)
+}
+
+// countStatusRanges counts q's jobs from the summaries of the four x/
+// ranges, reading no record. The x/ entries do not carry expiry: the jobs
+// the expiry index says have expired are left out.
+func (q *query) countStatusRanges(r reader, p *ports.CountJobsParams) ([4]int64, error) {
+	var c [4]int64
 	gone := map[string]bool{}
-	if d.dim == 0 {
-		// The x/ entries do not carry expiry: leave out what the expiry
-		// index says has expired.
-		if err := expired(r, p, func(j *domain.Job) { gone[string(j.ID)] = true }); err != nil {
-			return c, err
-		}
+	if err := expired(r, p, func(j *domain.Job) { gone[string(j.ID)] = true }); err != nil {
+		return c, err
 	}
-	ss, err := openStreams(r, q, d, 0)
+	ss, err := openStreams(r, q, dimRef{}, 0)
 	if err != nil {
 		return c, err
 	}
-	for _, st := range ss {
+	var sum summary
+	for i, st := range ss {
 		for ; st.valid; st.next(false) {
-			slot, err := q.countEntry(r, st, gone, p)
-			if err != nil {
-				return c, errors.Join(err, closeStreams(ss))
+			if !sum.parse(st.it.Value()) {
+				return c, errors.Join(errCorruptIndex, closeStreams(ss))
 			}
-			if slot >= 0 {
-				c[slot]++
+			if sum.passes(q) && !gone[string(sum.id)] {
+				c[statusSlot(q.statuses[i])]++
 			}
 		}
 	}
 	return c, closeStreams(ss)
+}
+
+// countChunk is how many i/ entries countIndexRange sorts at a time.
+const countChunk = 4096
+
+// countIndexRange counts q's jobs in the i/ range of d, reading each
+// entry's record (for its status, and the filters the entry does not
+// hold). The records are read in chunks sorted by key, through one
+// iterator, so that each seek moves forward from the last, which Pebble
+// does much faster than as many point reads.
+func (q *query) countIndexRange(r reader, d dimRef, p *ports.CountJobsParams) ([4]int64, error) {
+	var c [4]int64
+	ss, err := openStreams(r, q, d, 0)
+	if err != nil {
+		return c, err
+	}
+	recs, err := r.NewIter(&pebble.IterOptions{LowerBound: prefixJob, UpperBound: prefixEnd(prefixJob)})
+	if err != nil {
+		return c, errors.Join(err, closeStreams(ss))
+	}
+	type ref struct {
+		key []byte
+		seq int64
+	}
+	st := ss[0]
+	var buf [32]byte
+	chunk := make([]ref, 0, countChunk)
+	for st.valid {
+		chunk = chunk[:0]
+		for ; st.valid && len(chunk) < countChunk; st.next(false) {
+			id, ok := parseIndexValue(st.it.Value(), &buf)
+			if !ok {
+				return c, errors.Join(errCorruptIndex, recs.Close(), closeStreams(ss))
+			}
+			chunk = append(chunk, ref{jobKeyBytes(nil, id), st.seq})
+		}
+		slices.SortFunc(chunk, func(a, b ref) int { return bytes.Compare(a.key, b.key) })
+		for _, e := range chunk {
+			if !recs.SeekGE(e.key) || !bytes.Equal(recs.Key(), e.key) {
+				return c, errors.Join(recs.Error(), errCorruptIndex, recs.Close(), closeStreams(ss))
+			}
+			j, err := decodeMeta(recs.Value())
+			switch {
+			case err != nil:
+				return c, errors.Join(err, recs.Close(), closeStreams(ss))
+			case j.Seq != e.seq:
+				return c, errors.Join(errCorruptIndex, recs.Close(), closeStreams(ss))
+			case !j.Expired(p.Now) && q.f.MatchesIgnoringStatus(j):
+				c[statusSlot(statusCode(j.Status))]++
+			}
+		}
+	}
+	return c, errors.Join(recs.Close(), closeStreams(ss))
 }
 
 // countRecords counts q's jobs by reading every record in key order: the
@@ -462,34 +522,6 @@ func (q *query) countRecords(r reader, p *ports.CountJobsParams) ([4]int64, erro
 		}
 	}
 	return c, errors.Join(it.Error(), it.Close())
-}
-
-// countEntry returns the status slot of the job of a stream's current entry
-// if q matches it and it is live, -1 otherwise.
-func (q *query) countEntry(r reader, st *stream, gone map[string]bool, p *ports.CountJobsParams) (int, error) {
-	var sum summary
-	id, ok := st.id(&sum)
-	if !ok {
-		return -1, errCorruptIndex
-	}
-	if st.status {
-		if !sum.passes(q) || gone[string(id)] {
-			return -1, nil
-		}
-		if q.f.Q == "" {
-			return statusSlot(st.it.Key()[len(prefixStatus)]), nil
-		}
-	}
-	j, err := loadMeta(r, jobKeyBytes(nil, id))
-	switch {
-	case err != nil:
-		return -1, err
-	case j == nil || j.Seq != st.seq:
-		return -1, errCorruptIndex
-	case j.Expired(p.Now) || !q.f.MatchesIgnoringStatus(j):
-		return -1, nil
-	}
-	return statusSlot(statusCode(j.Status)), nil
 }
 
 // expired calls fn with every job that the expiry index says has expired
