@@ -281,17 +281,23 @@ func (s *Store) ListJobs(_ context.Context, p *ports.ListJobsParams) ([]*domain.
 		if err != nil {
 			return err
 		}
-		for top := newest(ss); top != nil && len(out) < limit; top = newest(ss) {
-			j, err := q.candidate(snap, top, p)
-			if err != nil {
-				return errors.Join(err, closeStreams(ss))
-			}
-			if j != nil {
-				out = append(out, j)
-			}
-			top.next(false)
+		recs, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefixJob, UpperBound: prefixEnd(prefixJob)})
+		if err != nil {
+			return errors.Join(err, closeStreams(ss))
 		}
-		return closeStreams(ss)
+		for len(out) < limit {
+			cands, err := q.candidates(ss, limit-len(out))
+			if err == nil && len(cands) == 0 {
+				break
+			}
+			if err == nil {
+				out, err = q.load(recs, cands, p, out)
+			}
+			if err != nil {
+				return errors.Join(err, recs.Close(), closeStreams(ss))
+			}
+		}
+		return errors.Join(recs.Close(), closeStreams(ss))
 	})
 	if err != nil {
 		return nil, wrapRead("list jobs", err)
@@ -299,40 +305,69 @@ func (s *Store) ListJobs(_ context.Context, p *ports.ListJobsParams) ([]*domain.
 	return out, nil
 }
 
-// candidate returns the job of a stream's current entry if it matches q
-// and is live at p.Now; nil otherwise. An x/ entry is checked from its
-// summary before the record is read; an i/ entry by the record's status
-// byte before it is decoded.
-func (q *query) candidate(r reader, st *stream, p *ports.ListJobsParams) (*domain.Job, error) {
+// candidate is a job a listing's index walk found: its record key and seq,
+// and whether only its status byte remains to check before decoding (an
+// i/ entry, whose status the index does not hold).
+type candidate struct {
+	key      []byte
+	seq      int64
+	statusOf bool
+}
+
+// candidates takes up to n entries from the streams, newest first, that
+// pass what their entries can tell of q.
+func (q *query) candidates(ss []*stream, n int) ([]candidate, error) {
+	var out []candidate
 	var sum summary
-	id, ok := st.id(&sum)
-	if !ok {
-		return nil, errCorruptIndex
+	for top := newest(ss); top != nil && len(out) < n; top = newest(ss) {
+		id, ok := top.id(&sum)
+		if !ok {
+			return nil, errCorruptIndex
+		}
+		if !top.status || sum.passes(q) {
+			out = append(out, candidate{key: jobKeyBytes(nil, id), seq: top.seq, statusOf: !top.status})
+		}
+		top.next(false)
 	}
-	if st.status && !sum.passes(q) {
-		return nil, nil
+	return out, nil
+}
+
+// load reads the records of cands in key order through recs, so that each
+// seek moves forward from the last (a page's newest jobs sit next to each
+// other in j/), and appends those that match q and are live at p.Now to
+// out, in the order of cands.
+func (q *query) load(recs *pebble.Iterator, cands []candidate, p *ports.ListJobsParams, out []*domain.Job) ([]*domain.Job, error) {
+	order := make([]int, len(cands))
+	for i := range order {
+		order[i] = i
 	}
-	v, closer, err := r.Get(jobKeyBytes(nil, id))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, errCorruptIndex
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(cands[a].key, cands[b].key) })
+	jobs := make([]*domain.Job, len(cands))
+	for _, i := range order {
+		c := cands[i]
+		if !recs.SeekGE(c.key) || !bytes.Equal(recs.Key(), c.key) {
+			return out, errors.Join(recs.Error(), errCorruptIndex)
+		}
+		v := recs.Value()
+		if c.statusOf && len(v) > 2 && !q.hasStatus(v[2]) {
+			continue // the record's status byte, read without decoding it
+		}
+		j, err := decodeJob(v)
+		switch {
+		case err != nil:
+			return out, err
+		case j.Seq != c.seq:
+			return out, errCorruptIndex
+		case !j.Expired(p.Now) && q.f.Matches(j):
+			jobs[i] = j
+		}
 	}
-	if err != nil {
-		return nil, err
+	for _, j := range jobs {
+		if j != nil {
+			out = append(out, j)
+		}
 	}
-	defer closer.Close()
-	if !st.status && len(v) > 2 && !q.hasStatus(v[2]) {
-		return nil, nil // the record's status byte, read without decoding it
-	}
-	j, err := decodeJob(v)
-	switch {
-	case err != nil:
-		return nil, err
-	case j.Seq != st.seq:
-		return nil, errCorruptIndex
-	case j.Expired(p.Now) || !q.f.Matches(j):
-		return nil, nil
-	}
-	return j, nil
+	return out, nil
 }
 
 // id reads the job id of the stream's current entry, and for an x/ entry
