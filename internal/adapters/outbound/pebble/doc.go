@@ -186,9 +186,14 @@
 // other filters is read, so a rare substring reads many records (a scan;
 // narrow it with a status, user or destination).
 //
-// Every job a walk yields is decoded and checked with
-// domain.JobFilter.Matches and for expiry before it is returned, so the
-// indexes choose what to read but the answer is the reference semantics.
+// The walk gathers the candidates of a page (the entries that pass what
+// the index can tell) and reads their records in key order through one
+// iterator: a page's jobs are recent, so their records sit next to each
+// other at the end of j/, and each seek moves forward from the last
+// instead of being a point read of its own. Every job read is decoded and
+// checked with domain.JobFilter.Matches and for expiry before it is
+// returned, so the indexes choose what to read but the answer is the
+// reference semantics; when checks reject some, the walk gathers more.
 //
 // CountJobs with no filter, or with only a user (and its tenant), a tenant
 // or a destination, is four c/ point reads, less the jobs expired but not
@@ -201,12 +206,14 @@
 // forward through one iterator), or, for a q filter, every record in key
 // order (a full scan: q is the one filter no index serves).
 //
-// Measured on the shared two-core test machine with 100,000 jobs
-// (BenchmarkListJobs): a first page of 100 with status=failed,
-// destination, user_id or no filter takes about 0.3 to 1.5 ms, mostly
-// decoding the hundred records; counts answered by the counters 20 to
-// 80 µs; a count by tenant and destination about 8 ms; a count with q
-// about 0.27 s (2.7 µs a record).
+// Measured on the shared (busy) two-core test machine with 100,000 jobs
+// (BenchmarkListJobs, a tenth failed): a first page of 100 with
+// status=failed, destination, user_id or no filter takes 0.15 to 0.2 ms,
+// mostly decoding the hundred records, and tenant with status=failed
+// 0.35 ms; the same deep in the listing (BeforeSeq) costs the same. Counts
+// answered by the counters take 6 to 10 µs; a count the counters do not
+// answer (tenant and destination, a created range) about 10 to 13 ms; a
+// count with q about 76 ms (0.8 µs a record).
 //
 // # Migration
 //
