@@ -171,8 +171,9 @@
 // The estimate for each candidate is the entries it would read to find a
 // page, n·limit/matches, where n is the range's size and matches the
 // smallest count of any one dimension (over the filter's statuses), plus,
-// for an i/ range, a record read per entry it rejects (weighted 16: a
-// point read costs about as much as reading 16 x/ entries). So
+// for an i/ range, a record read per entry it rejects (weighted 32:
+// reading a record found through the index costs about as much as reading
+// 30 x/ entries once the records outgrow the block cache). So
 // status=failed walks x/x, destination=d walks i/d/d, user_id=u walks
 // i/u/u, tenant=t with status=failed walks x/x or i/t/t, whichever the
 // estimate makes cheaper, and no filter merges the four x/ ranges. A first
@@ -206,14 +207,20 @@
 // forward through one iterator), or, for a q filter, every record in key
 // order (a full scan: q is the one filter no index serves).
 //
-// Measured on the shared (busy) two-core test machine with 100,000 jobs
-// (BenchmarkListJobs, a tenth failed): a first page of 100 with
-// status=failed, destination, user_id or no filter takes 0.15 to 0.2 ms,
-// mostly decoding the hundred records, and tenant with status=failed
-// 0.35 ms; the same deep in the listing (BeforeSeq) costs the same. Counts
-// answered by the counters take 6 to 10 µs; a count the counters do not
-// answer (tenant and destination, a created range) about 10 to 13 ms; a
-// count with q about 76 ms (0.8 µs a record).
+// Measured on the shared (busy) two-core test machine (BenchmarkListJobs,
+// a tenth of the jobs failed, 20 destinations, 100 users):
+//
+//	                                      100,000 jobs   1,000,000 jobs
+//	first page of 100: status=failed,     0.15–0.2 ms    0.33–0.38 ms
+//	  destination, user_id, no filter
+//	first page: tenant, status=failed     0.35 ms        0.48 ms
+//	count by the counters                 6–10 µs        12–18 µs
+//	count by an x/ walk (created range)   10 ms          170 ms
+//	count by tenant and destination       13 ms          350 ms
+//	  (an i/ walk at 100,000, x/ at 1M)
+//	count with q (every record)           76 ms          1.9 s
+//
+// A page deep in the listing (BeforeSeq) costs what the first does.
 //
 // # Migration
 //

@@ -98,12 +98,12 @@ func (q *query) counted() (dimRef, bool) {
 // loadCost is what reading the record of an i/ entry costs against reading
 // an x/ entry, in the planner's rough units; recordScanCost what reading and
 // checking the next record of all in key order costs (countRecords).
-// Measured with BenchmarkListJobs over 100,000 jobs: 0.1 to 0.3 µs an x/
-// entry, 3 to 5 µs the record of an i/ entry, about 1 µs a record in key
-// order.
+// Measured with BenchmarkListJobs: 0.1 to 0.3 µs an x/ entry; the record
+// of an i/ entry 3 to 5 µs over 100,000 jobs, 8 µs over 1,000,000 (most
+// records no longer in the block cache); 1 to 2 µs a record in key order.
 const (
-	loadCost       = 16
-	recordScanCost = 6
+	loadCost       = 32
+	recordScanCost = 8
 )
 
 // plan picks the index range a listing or count of q walks: the x/ ranges
