@@ -207,18 +207,18 @@
 // forward through one iterator), or, for a q filter, every record in key
 // order (a full scan: q is the one filter no index serves).
 //
-// Measured on the shared (busy) two-core test machine (BenchmarkListJobs,
-// a tenth of the jobs failed, 20 destinations, 100 users):
+// Measured on the shared two-core test machine, busy with other work, so
+// as ranges over runs (BenchmarkListJobs: a tenth of the jobs failed, 20
+// destinations, 100 users, a tenth of them in one tenant):
 //
 //	                                      100,000 jobs   1,000,000 jobs
-//	first page of 100: status=failed,     0.15–0.2 ms    0.33–0.38 ms
+//	first page of 100: status=failed,     0.15–0.35 ms   0.33–0.38 ms
 //	  destination, user_id, no filter
-//	first page: tenant, status=failed     0.35 ms        0.48 ms
-//	count by the counters                 6–10 µs        12–18 µs
-//	count by an x/ walk (created range)   10 ms          170 ms
-//	count by tenant and destination       13 ms          350 ms
-//	  (an i/ walk at 100,000, x/ at 1M)
-//	count with q (every record)           76 ms          1.9 s
+//	first page: tenant, status=failed     0.35–0.55 ms   0.48 ms
+//	count by the counters                 6–14 µs        12–18 µs
+//	count by an x/ walk (created range)   10–15 ms       170 ms
+//	count by tenant and destination       13–15 ms       350 ms
+//	count with q (every record)           76–110 ms      1.9 s
 //
 // A page deep in the listing (BeforeSeq) costs what the first does.
 //
