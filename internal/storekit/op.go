@@ -33,6 +33,13 @@ const (
 	OpPurge                      // delete the expired jobs found, if still expired at At
 	OpDeleteFinished             // delete the finished jobs found, if still finished with Seq at most Seq
 	OpProbe                      // a small write to see whether commits succeed (CheckWrites)
+
+	// The operator's writes (ports.OperatorStore; OperatorWrites submits them).
+	OpRetry         // re-queue finished job ID as a new attempt cycle (Retry)
+	OpRunBatch      // one batch of a bulk operation, with its progress (Batch)
+	OpSaveOperation // store Operation, overwriting one with its id
+	OpPauseLane     // store Pause, replacing the upstream's pause
+	OpResumeLane    // remove the pause of Upstream
 )
 
 // Op is one write waiting for the writer.
@@ -49,8 +56,13 @@ type Op struct {
 	Finish   *ports.FinishParams
 	Delivery *ports.FinishDeliveryParams
 	Stale    *ports.ResetStaleParams
-	Upstream domain.UpstreamKey // OpRecoverLane
+	Upstream domain.UpstreamKey // OpRecoverLane, OpResumeLane
 	Found                       // OpResetStale, OpPurge, OpDeleteFinished: what a read found
+
+	Retry     *ports.RetryParams    // OpRetry
+	Batch     *ports.RunBatchParams // OpRunBatch
+	Operation *domain.Operation     // OpSaveOperation
+	Pause     *domain.LanePause     // OpPauseLane
 
 	done chan Result // nil: nobody waits for the result (Send)
 }
@@ -75,6 +87,7 @@ type Result struct {
 	Fresh bool        // OpInsert: Job was inserted by this op
 	N     int64       // how many jobs changed; OpFinish: the ready_seq of a delivery made due
 	Jobs  []*domain.Job
+	IDs   []domain.JobID // OpRunBatch: the jobs it changed
 	Err   error
 }
 
