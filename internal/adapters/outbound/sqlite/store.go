@@ -417,6 +417,17 @@ func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
+// The lanes' reads of their queues. SQLite uses the partial index
+// jobs_ready only for a query that says its condition (ready_lane != '')
+// literally: "ready_lane = ?" alone does not prove it, and the plan would
+// scan the table (TestQueryPlans).
+const (
+	positionSQL = `SELECT count(*) FROM jobs WHERE ready_lane = ? AND ready_lane != '' AND ready_seq < ?
+		AND status != 'in_flight' AND expires_at > ?`
+	listReadySQL = "SELECT " + jobColumns + ` FROM jobs WHERE ready_lane = ? AND ready_lane != '' AND ready_seq > ?
+		AND status != 'in_flight' AND expires_at > ? ORDER BY ready_seq LIMIT ?`
+)
+
 // readStmts are prepared once; database/sql re-prepares them lazily on each
 // pooled connection, so reads never re-parse SQL.
 type readStmts struct {
@@ -431,13 +442,10 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 	if r.lookup, err = db.PrepareContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE user_id = ? AND idempotent_key = ?"); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
-	if r.position, err = db.PrepareContext(ctx, `SELECT count(*) FROM jobs
-		WHERE ready_lane = ? AND ready_seq < ? AND status != 'in_flight' AND expires_at > ?`); err != nil {
+	if r.position, err = db.PrepareContext(ctx, positionSQL); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
-	r.listReady, err = db.PrepareContext(ctx, "SELECT "+jobColumns+
-		" FROM jobs WHERE ready_lane = ? AND ready_seq > ? AND status != 'in_flight' AND expires_at > ? ORDER BY ready_seq LIMIT ?")
-	if err != nil {
+	if r.listReady, err = db.PrepareContext(ctx, listReadySQL); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
 	return nil
