@@ -1,17 +1,3 @@
-// Package sqlite is Aquifer's default JobStore: one embedded SQLite database
-// (pure Go, modernc.org/sqlite) in WAL mode.
-//
-// Writes go through a single writer goroutine that gathers every operation
-// waiting at the moment it starts a transaction and commits them together:
-// group commit. With synchronous=FULL each commit is one fsync of the WAL, so
-// N concurrent inserts cost one fsync instead of N, and every caller still
-// returns only after its own row is durable (the operations, submitting them
-// and waiting are internal/storekit's, shared with the other durable
-// stores). Reads use a separate pool of read-only connections, which WAL
-// lets run beside the writer.
-//
-// Each job is one row for its whole lifecycle (request, result, webhook
-// delivery); see schema.sql.
 package sqlite
 
 import (
@@ -418,9 +404,9 @@ func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
 }
 
 // The lanes' reads of their queues. SQLite uses the partial index
-// jobs_ready only for a query that says its condition (ready_lane != '')
-// literally: "ready_lane = ?" alone does not prove it, and the plan would
-// scan the table (TestQueryPlans).
+// jobs_ready only for a query that states the index's condition (a
+// ready_lane that is not empty) word for word: "ready_lane = ?" alone does
+// not prove it, and the plan would scan the table (TestQueryPlans).
 const (
 	positionSQL = `SELECT count(*) FROM jobs WHERE ready_lane = ? AND ready_lane != '' AND ready_seq < ?
 		AND status != 'in_flight' AND expires_at > ?`
