@@ -107,12 +107,18 @@
 // user's or tenant's jobs. A q filter (or one with no indexed equality)
 // reads the whole table: it is the one count that scans.
 //
-// # Lanes' reads
+// # The other reads
 //
 // ListReady and Position read jobs_ready (ready_lane=? AND ready_seq>?, and
 // <?). Their SQL repeats the index's condition, that ready_lane is not
 // empty, next to "ready_lane = ?": without it SQLite cannot tell that the
-// partial index holds every row asked for, and scans the table.
+// partial index holds every row asked for, and scans the table. The new
+// indexes serve the maintenance reads too: ResetStale finds the in-flight
+// jobs through jobs_status, DeleteFinished the finished ones, the purge
+// scans jobs_status alone (SCAN jobs USING COVERING INDEX jobs_status), and
+// CountUnfinished, a tenant's quota, reads the tenant's range of jobs_user
+// (its SQL keeps SQLite off jobs_status, which would visit every tenant's
+// unfinished jobs).
 //
 // # Bulk operations
 //

@@ -108,6 +108,7 @@ func TestQueryPlans(t *testing.T) {
 	}{
 		{"ListReady", listReadySQL, []any{"a.test:80", 1, 1, 100}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND ready_seq>?)"},
 		{"Position", positionSQL, []any{"a.test:80", 1, 1}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND ready_seq<?)"},
+		{"CountUnfinished", countUnfinishedSQL, []any{"acme\x1f", "acme\x20", 1}, "SEARCH jobs USING INDEX jobs_user (user_id>? AND user_id<?)"},
 	} {
 		got := queryPlan(t, s, tc.q, tc.args)
 		t.Logf("%s:\n%s", tc.name, indent(got))

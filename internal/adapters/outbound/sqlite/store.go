@@ -219,13 +219,17 @@ var (
 	_ ports.TenantCounter = (*Store)(nil)
 )
 
-// CountUnfinished implements ports.TenantCounter: a range over the
-// idempotency index's user_id prefix.
+// countUnfinishedSQL reads a range of user_ids. The unary plus keeps SQLite
+// from reading jobs_status instead: that would visit every unfinished job of
+// every tenant, where the range visits one tenant's jobs (TestQueryPlans).
+const countUnfinishedSQL = `SELECT count(*) FROM jobs WHERE user_id >= ? AND user_id < ?
+	AND +status IN ('queued', 'in_flight') AND (expires_at = 0 OR expires_at > ?)`
+
+// CountUnfinished implements ports.TenantCounter: a range over the user_id
+// prefix in jobs_user.
 func (s *Store) CountUnfinished(ctx context.Context, prefix string) (int64, error) {
 	var n int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE user_id >= ? AND user_id < ?
-		AND status IN ('queued', 'in_flight') AND (expires_at = 0 OR expires_at > ?)`,
-		prefix, prefixEnd(prefix), storekit.Millis(time.Now())).Scan(&n)
+	err := s.rdb.QueryRowContext(ctx, countUnfinishedSQL, prefix, prefixEnd(prefix), storekit.Millis(time.Now())).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count a tenant's jobs: %w", err)
 	}
