@@ -83,7 +83,7 @@ func leaveOperatorState(t *testing.T, s *sqlite.Store) operatorState {
 		t.Fatal(err)
 	}
 	next := st.op
-	next.Processed, next.Changed, next.Cursor, next.UpdatedAt = 1, 1, st.retried.Seq, now.Add(time.Second)
+	next.Processed, next.Cursor, next.UpdatedAt = 1, st.retried.Seq, now.Add(time.Second)
 	if _, err := s.RunBatch(ctx, &ports.RunBatchParams{Op: &next, Items: []ports.BatchItem{{ID: st.retried.ID, Seq: st.retried.Seq}},
 		Now: now}); err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestRunBatchIsAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := *op
-	next.Processed, next.Changed, next.State = 3, 3, domain.OpCompleted
+	next.Processed, next.State = 3, domain.OpCompleted
 	batch := &ports.RunBatchParams{Op: &next, Items: items, Now: time.Now()}
 	if _, err := s.RunBatch(ctx, batch); err == nil || domain.CodeOf(err) != domain.CodeUnavailable {
 		t.Fatalf("RunBatch with the progress refused = %v, want unavailable", err)
@@ -218,7 +218,7 @@ func TestRunBatchIsAtomic(t *testing.T) {
 			t.Fatalf("job %s after the failed batch: %+v, %v; want it still failed", it.ID, j, err)
 		}
 	}
-	if got, err := s.GetOperation(ctx, op.ID); err != nil || got.Processed != 0 || got.State != domain.OpRunning {
+	if got, err := s.GetOperation(ctx, op.ID); err != nil || got.Processed != 0 || got.Changed != 0 || got.State != domain.OpRunning {
 		t.Fatalf("operation after the failed batch: %+v, %v; want no progress", got, err)
 	}
 
@@ -234,7 +234,7 @@ func TestRunBatchIsAtomic(t *testing.T) {
 			t.Fatalf("job %s after the batch: %+v, %v; want it queued", it.ID, j, err)
 		}
 	}
-	if got, err := s.GetOperation(ctx, op.ID); err != nil || got.Processed != 3 || got.State != domain.OpCompleted {
+	if got, err := s.GetOperation(ctx, op.ID); err != nil || got.Processed != 3 || got.Changed != 3 || got.State != domain.OpCompleted {
 		t.Fatalf("operation after the batch: %+v, %v", got, err)
 	}
 }

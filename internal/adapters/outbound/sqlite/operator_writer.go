@@ -112,8 +112,8 @@ func (s *Store) cancelJob(ctx context.Context, tx *sql.Tx, it ports.BatchItem, p
 }
 
 // applyRunBatch runs one batch of a bulk operation. Everything it writes —
-// the jobs it changes and the operation's new progress — is in the group's
-// transaction, so a crash keeps all of it or none. The progress check comes
+// the jobs it changes and the operation's new progress, with the batch's
+// changed and skipped counts added — is in the group's transaction, so a crash keeps all of it or none. The progress check comes
 // before any write, so a refused batch writes nothing.
 func (s *Store) applyRunBatch(ctx context.Context, tx *sql.Tx, p *ports.RunBatchParams) (storekit.Result, error) {
 	var processed int64
@@ -143,7 +143,12 @@ func (s *Store) applyRunBatch(ctx context.Context, tx *sql.Tx, p *ports.RunBatch
 			changed = append(changed, it.ID)
 		}
 	}
-	if err := s.saveOperation(ctx, tx, p.Op); err != nil {
+	// The batch's own counts go in with its changes (the caller's Op is
+	// left as it gave it).
+	saved := *p.Op
+	saved.Changed += int64(len(changed))
+	saved.Skipped += int64(len(p.Items) - len(changed))
+	if err := s.saveOperation(ctx, tx, &saved); err != nil {
 		return storekit.Result{}, err
 	}
 	return storekit.Result{IDs: changed}, nil
