@@ -61,15 +61,17 @@ func filterWhere(f *domain.JobFilter, nowMillis int64) *where {
 		w.add("created_at < ?", storekit.Millis(f.CreatedBefore))
 	}
 	// A job has a result only once it is terminal (storekit.Row.Job), so
-	// the result's columns count only then.
+	// the result's columns count only then. The unary plus keeps SQLite
+	// from reading these two statuses through jobs_status, which would
+	// visit every finished job and sort them.
 	if f.ResponseStatus != 0 {
-		w.add("status IN ('completed', 'failed') AND response_status = ?", f.ResponseStatus)
+		w.add("+status IN ('completed', 'failed') AND response_status = ?", f.ResponseStatus)
 	}
 	if f.Q != "" {
 		// SQLite's lower() folds ASCII letters only, as domain.ContainsFold
 		// does; instr has no wildcards to escape.
 		q := asciiLower(f.Q)
-		w.add("(instr(lower(url_path), ?) > 0 OR (status IN ('completed', 'failed') AND instr(lower(reason), ?) > 0))", q, q)
+		w.add("(instr(lower(url_path), ?) > 0 OR (+status IN ('completed', 'failed') AND instr(lower(reason), ?) > 0))", q, q)
 	}
 	return w
 }

@@ -85,6 +85,12 @@ func TestQueryPlans(t *testing.T) {
 		{"tenant&user_id", domain.JobFilter{Tenant: "acme", UserID: domain.Scope("acme", "alice")}, 0,
 			"SEARCH jobs USING INDEX jobs_user (user_id=?)",
 			"SEARCH jobs USING INDEX jobs_user (user_id=?)\nUSE TEMP B-TREE FOR GROUP BY"},
+		{"response_status", domain.JobFilter{ResponseStatus: 503}, 0,
+			"SCAN jobs",
+			"SCAN jobs\nUSE TEMP B-TREE FOR GROUP BY"},
+		{"destination&response_status", domain.JobFilter{Destination: "https://api.test:443", ResponseStatus: 503}, 0,
+			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)",
+			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)\nUSE TEMP B-TREE FOR GROUP BY"},
 		{"q", domain.JobFilter{Q: "chat"}, 0,
 			"SCAN jobs",
 			"SCAN jobs\nUSE TEMP B-TREE FOR GROUP BY"},
@@ -124,3 +130,43 @@ func TestQueryPlans(t *testing.T) {
 }
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
+
+// TestNoListingSorts builds the listing and count of every combination of
+// filters and checks that no listing sorts what it matches (a first page
+// must not read every matching job) and that no count walks an index only
+// to look each row up from it.
+func TestNoListingSorts(t *testing.T) {
+	s, err := Open(t.Context(), Options{Path: filepath.Join(t.TempDir(), "a.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	statusSets := [][]domain.Status{nil, {domain.StatusFailed}, {domain.StatusQueued, domain.StatusCompleted}}
+	for _, statuses := range statusSets {
+		for bits := range 1 << 8 {
+			f := domain.JobFilter{Statuses: statuses}
+			set := func(i int, apply func()) {
+				if bits&(1<<i) != 0 {
+					apply()
+				}
+			}
+			set(0, func() { f.Tenant = "acme" })
+			set(1, func() { f.UserID = domain.Scope("acme", "alice") })
+			set(2, func() { f.Destination = "https://api.test:443" })
+			set(3, func() { f.PoolID = "p" })
+			set(4, func() { f.CreatedAfter = now.Add(-time.Hour) })
+			set(5, func() { f.CreatedBefore = now })
+			set(6, func() { f.ResponseStatus = 503 })
+			set(7, func() { f.Q = "chat" })
+			q, args := listQuery(&ports.ListJobsParams{Filter: f, BeforeSeq: 1000, Limit: 100, Now: now})
+			if plan := queryPlan(t, s, q, args); strings.Contains(plan, "TEMP B-TREE FOR ORDER BY") {
+				t.Errorf("listing %+v sorts:\n%s", f, plan)
+			}
+			q, args = countQuery(&ports.CountJobsParams{Filter: f, Now: now})
+			if plan := queryPlan(t, s, q, args); strings.Contains(plan, "SCAN jobs USING INDEX") {
+				t.Errorf("count %+v walks an index for its rows:\n%s", f, plan)
+			}
+		}
+	}
+}
