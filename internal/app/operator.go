@@ -237,9 +237,10 @@ func (s *Service) Retry(ctx context.Context, id domain.JobID) (*domain.Job, erro
 		}
 		return nil, domain.StoreFailure("retry job", err)
 	}
+	shown := stored.Clone() // once offered, stored is the dispatcher's: it runs the job
 	s.retried(stored)
 	s.log.Info("job retried by an operator", zap.String("job_id", string(id)))
-	return s.present(ctx, stored), nil
+	return s.present(ctx, shown), nil
 }
 
 // retried tells the rest of the core that j is queued again.
