@@ -237,10 +237,9 @@ func (s *Service) Retry(ctx context.Context, id domain.JobID) (*domain.Job, erro
 		}
 		return nil, domain.StoreFailure("retry job", err)
 	}
-	shown := stored.Clone() // once offered, stored is the dispatcher's: it runs the job
-	s.retried(stored)
+	s.retried(stored.Clone()) // the lane owns its copy from now on
 	s.log.Info("job retried by an operator", zap.String("job_id", string(id)))
-	return s.present(ctx, shown), nil
+	return s.present(ctx, stored), nil
 }
 
 // retried tells the rest of the core that j is queued again.
