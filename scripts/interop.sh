@@ -112,7 +112,7 @@ async function mcpChecks(label, transport) {
   const v = client.getServerVersion();
   ok(`${label}: connected`, `server ${v?.name} ${v?.version}`);
   const tools = (await client.listTools()).tools.map((t) => t.name).sort();
-  check(tools.length === 6 && tools.includes('aquifer_cancel_job') && tools.includes('aquifer_enqueue_job') && tools.includes('aquifer_get_job'),
+  check(tools.length === 11 && tools.includes('aquifer_cancel_job') && tools.includes('aquifer_enqueue_job') && tools.includes('aquifer_get_job'),
     `${label}: tools/list`, tools.join(', '));
   const tmpl = (await client.listResourceTemplates()).resourceTemplates.map((t) => t.uriTemplate);
   check(tmpl.includes('aquifer://jobs/{job_id}'), `${label}: resources/templates/list`, tmpl.join(', '));

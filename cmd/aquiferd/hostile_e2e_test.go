@@ -310,7 +310,9 @@ func hostileCases(maxBody int) []hostileCase {
 		viaClient("encoded slash", http.MethodGet, "/jobs/a%2Fb/stream", "", nil),
 		// Wrong HTTP methods.
 		viaClient("PUT jobs", http.MethodPut, "/jobs", js, str(`{}`)),
-		viaClient("GET jobs", http.MethodGet, "/jobs", "", nil),
+		// GET /jobs lists jobs; garbage filters are refused before the store is asked.
+		viaClient("list unknown filter", http.MethodGet, "/jobs?bogus=1", "", nil),
+		viaClient("list bad limit", http.MethodGet, "/jobs?limit=ten&limit=%00", "", nil),
 		viaClient("PATCH job", http.MethodPatch, "/jobs/0190a1b2c3d4e5f60718293a4b5c6d7e", js, str(`{}`)),
 		viaClient("POST health", http.MethodPost, "/health", js, str(`{}`)),
 		viaClient("DELETE health", http.MethodDelete, "/health", "", nil),

@@ -35,6 +35,9 @@ tenants:
     key_sha256: `+config.HashKey("ka")+`
     max_queued: 5
     webhook_secret: `+secret+`
+  - name: ops
+    key_sha256: `+config.HashKey("kops")+`
+    role: admin
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +48,7 @@ tenants:
 			"AQUIFER_MAX_RESPONSE_BYTES": "2000", "AQUIFER_LANE_WINDOW": "17", "AQUIFER_MEMORY_LIMIT_MB": "300",
 			"AQUIFER_DB_MAX_BYTES": "4000", "AQUIFER_RETRY_AFTER_SECONDS": "9", "AQUIFER_OUTAGE_FAILURE_THRESHOLD": "4",
 			"AQUIFER_OUTAGE_PROBE_INTERVAL": "2s", "AQUIFER_OUTAGE_MAX_PROBE_INTERVAL": "1m", "AQUIFER_MAX_OUTAGE_HOLD": "1h",
+			"AQUIFER_FAILED_RETENTION":     "36h",
 			"AQUIFER_PROXY_DIRECT_TIMEOUT": "4s", "AQUIFER_PROXY_BREAKER_MULTIPLIER": "2", "AQUIFER_PROXY_BREAKER_COOLDOWN": "6s",
 			"AQUIFER_PROXY_ORCA_THRESHOLD": "0.5", "AQUIFER_DRAIN_ENABLED": "true", "AQUIFER_DRAIN_WEBHOOK_URL": "http://127.0.0.1:1/d",
 			"AQUIFER_DRAIN_TIMER_SECONDS": "11", "AQUIFER_DRAIN_PAGE_SIZE": "12", "AQUIFER_L8_MISS_TTL": "3m",
@@ -61,6 +65,7 @@ tenants:
 		MaxBodyBytes:     1000,
 		MaxResponseBytes: 2000,
 		LaneWindow:       17,
+		FailedRetention:  36 * time.Hour,
 		Admission:        aquifer.AdmissionLimits{MemoryLimitMB: 300, DBMaxBytes: 4000, RetryAfter: 9 * time.Second},
 		Destinations:     cfg.Destinations,
 		L8:               aquifer.L8Options{PrivateKey: priv, KeyPath: filepath.Join(dir, "l8.key"), TrustDir: filepath.Join(dir, "l8-trust"), MissTTL: 3 * time.Minute},
@@ -73,7 +78,7 @@ tenants:
 	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("options:\n got %+v\nwant %+v", o, want)
 	}
-	if len(o.Tenants) != 1 || o.Tenants[0].MaxQueued != 5 || len(o.Tenants[0].WebhookSecrets) != 1 ||
+	if len(o.Tenants) != 2 || o.Tenants[0].MaxQueued != 5 || len(o.Tenants[0].WebhookSecrets) != 1 || o.Tenants[1].Role != aquifer.RoleAdmin ||
 		o.Rates.Hosts["api.example.com"] != (aquifer.Rate{RPS: 9, MaxConcurrent: 3}) || len(o.Destinations.Deny) != 1 {
 		t.Fatalf("the YAML sections did not arrive: %+v", o)
 	}

@@ -53,11 +53,16 @@ func Run(ctx context.Context, args []string, lookup config.LookupEnv, stdout, st
 		return checkConfig(lookup, stdout)
 	case "probe":
 		return probe(ctx, fs.Args()[1:], lookup, stdout, stderr)
+	case "jobs", "lanes", "operations":
+		return runClient(ctx, cmd, fs.Args()[1:], lookup, stdinTerminal(), stdout, stderr)
+	case "help":
+		usage(fs, stdout)
+		return nil
 	case "version":
 		fmt.Fprintf(stdout, "aquiferd %s\n", Version)
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q (commands: check-config, gen-webhook-secret, hash-key, probe, version; see aquiferd -help)", cmd)
+		return fmt.Errorf("unknown command %q (commands: check-config, gen-webhook-secret, hash-key, help, jobs, lanes, operations, probe, version; see aquiferd help)", cmd)
 	}
 
 	cfg, err := config.Load(lookup)
@@ -136,6 +141,7 @@ func options(cfg *config.Config) aquifer.Options {
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		MaxResponseBytes: cfg.MaxResponseBytes,
 		LaneWindow:       cfg.LaneWindow,
+		FailedRetention:  cfg.FailedRetention,
 		Outage:           outage,
 		Admission: aquifer.AdmissionLimits{MemoryLimitMB: cfg.MemoryLimitMB, DBMaxBytes: cfg.DBMaxBytes,
 			RetryAfter: cfg.RetryAfter},
@@ -338,6 +344,20 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintln(w, "  hash-key [KEY]      print the key_sha256 of an API key for the tenants: list (no KEY: make a new one)")
 	fmt.Fprintln(w, "  probe               GET /health of the local instance (AQUIFER_HOST, PORT; or -url URL): exit 0 if it answers 200 with status ok, 1 with the reason otherwise; -timeout 3s")
 	fmt.Fprintln(w, "  version             print the version")
+	fmt.Fprintln(w, "  help                print this help")
+	fmt.Fprintln(w, "\nClient mode (talks to a running instance over its REST API; --url, default $AQUIFER_URL or "+defaultClientURL+",")
+	fmt.Fprintln(w, "--api-key, default $AQUIFER_API_KEY, and -o table|json on every command; aquiferd jobs -help for more):")
+	fmt.Fprintln(w, "  jobs list           list jobs, newest first: --status S (repeatable), --destination D, --user U, --tenant T, --q TEXT,")
+	fmt.Fprintln(w, "                      --since DUR|TIME, --limit N, --all (follow the cursors)")
+	fmt.Fprintln(w, "  jobs get ID         show a job with its attempt history")
+	fmt.Fprintln(w, "  jobs retry ID       re-queue a finished job; with filters instead of an ID, every finished job they select")
+	fmt.Fprintln(w, "                      (a dry run and a confirmation first; --dry-run, --yes, --wait)")
+	fmt.Fprintln(w, "  jobs cancel ID      cancel a job not sent yet; with filters, every queued job they select (as for retry)")
+	fmt.Fprintln(w, "  lanes list          the destinations: pace and why, backlog, in flight, oldest waiting, pause, circuit")
+	fmt.Fprintln(w, "  lanes get DEST      one destination (scheme://host[:port] or pool:ID) with its queues")
+	fmt.Fprintln(w, "  lanes pause DEST    stop dispatching to DEST (jobs are still accepted; --reason R); admin keys only")
+	fmt.Fprintln(w, "  lanes resume DEST   dispatch to DEST again")
+	fmt.Fprintln(w, "  operations list     bulk retries and cancels; operations get ID [--wait] for one's progress")
 	fmt.Fprintln(w, "\nFlags:")
 	fs.PrintDefaults()
 	fmt.Fprintln(w, "\nSettings (environment variable, YAML key in CONFIG_PATH, default):")

@@ -237,7 +237,7 @@ func (s *Service) Retry(ctx context.Context, id domain.JobID) (*domain.Job, erro
 		}
 		return nil, domain.StoreFailure("retry job", err)
 	}
-	s.retried(stored)
+	s.retried(stored.Clone()) // the lane owns its copy from now on
 	s.log.Info("job retried by an operator", zap.String("job_id", string(id)))
 	return s.present(ctx, stored), nil
 }

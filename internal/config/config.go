@@ -94,6 +94,9 @@ type Config struct {
 	OutageProbeInterval    time.Duration
 	OutageMaxProbeInterval time.Duration
 	MaxOutageHold          time.Duration
+	// FailedRetention is how long failed jobs (the dead-letter set) are
+	// kept for operators to find and retry.
+	FailedRetention time.Duration
 	// LogLevel is debug, info, warn or error; LogFormat is json or console.
 	LogLevel  string
 	LogFormat string
@@ -248,6 +251,9 @@ var Settings = []Setting{
 			}
 			return
 		}},
+	{Key: "dispatch.failed_retention", Env: "AQUIFER_FAILED_RETENTION", Default: "2h",
+		Doc:   "How long a failed job (retries spent, cancelled, or held past max_outage_hold) is kept once nothing is left to do for it: the dead-letter set operators list (GET /jobs?status=failed) and retry. Completed jobs are kept 30m.",
+		apply: func(c *Config, v string) (err error) { c.FailedRetention, err = parseDuration(v); return }},
 	{Key: "shutdown_timeout", Env: "AQUIFER_SHUTDOWN_TIMEOUT", Default: "30s",
 		Doc:   "On SIGINT/SIGTERM, how long to wait for running attempts before aborting them (they run again after restart).",
 		apply: func(c *Config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return }},

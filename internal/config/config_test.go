@@ -108,6 +108,7 @@ func TestLoadDefaults(t *testing.T) {
 				OutageProbeInterval:    time.Second,
 				OutageMaxProbeInterval: 5 * time.Minute,
 				MaxOutageHold:          24 * time.Hour,
+				FailedRetention:        2 * time.Hour,
 				LogLevel:               "info",
 				LogFormat:              "json",
 				Adapters:               []string{"http"},
@@ -149,6 +150,8 @@ func TestLoadEnvValues(t *testing.T) {
 		{"max response", map[string]string{"AQUIFER_MAX_RESPONSE_BYTES": "1"}, func(c *config.Config) bool { return c.MaxResponseBytes == 1 }},
 		{"lane window", map[string]string{"AQUIFER_LANE_WINDOW": "1000000"}, func(c *config.Config) bool { return c.LaneWindow == 1_000_000 }},
 		{"shutdown", map[string]string{"AQUIFER_SHUTDOWN_TIMEOUT": "5s"}, func(c *config.Config) bool { return c.ShutdownTimeout == 5*time.Second }},
+		{"failed retention", map[string]string{"AQUIFER_FAILED_RETENTION": "168h"}, func(c *config.Config) bool { return c.FailedRetention == 7*24*time.Hour }},
+		{"failed retention seconds", map[string]string{"AQUIFER_FAILED_RETENTION": "600"}, func(c *config.Config) bool { return c.FailedRetention == 10*time.Minute }},
 		{"log level upper", map[string]string{"AQUIFER_LOG_LEVEL": "DEBUG"}, func(c *config.Config) bool { return c.LogLevel == "debug" }},
 		{"log level warn", map[string]string{"AQUIFER_LOG_LEVEL": "warn"}, func(c *config.Config) bool { return c.LogLevel == "warn" }},
 		{"log format", map[string]string{"AQUIFER_LOG_FORMAT": "Console"}, func(c *config.Config) bool { return c.LogFormat == "console" }},
@@ -184,6 +187,7 @@ store:
 dispatch:
   request_timeout: 45s
   lane_window: 64
+  failed_retention: 12h
 log:
   level: warn
   format: console
@@ -196,7 +200,7 @@ log:
 		}
 		if cfg.Port != 9000 || cfg.Host != "10.0.0.1" || cfg.DBPath != "/data/from-yaml.db" ||
 			cfg.SQLiteSync != "normal" || cfg.RequestTimeout != 45*time.Second || cfg.LaneWindow != 64 ||
-			cfg.LogLevel != "warn" || cfg.LogFormat != "console" {
+			cfg.FailedRetention != 12*time.Hour || cfg.LogLevel != "warn" || cfg.LogFormat != "console" {
 			t.Fatalf("YAML values not applied: %+v", cfg)
 		}
 		// Untouched settings keep their defaults.
@@ -295,6 +299,8 @@ func TestLoadEnvErrors(t *testing.T) {
 		{"timeout infinite", map[string]string{"AQUIFER_REQUEST_TIMEOUT": "Inf"}, `AQUIFER_REQUEST_TIMEOUT: "Inf" must be a positive duration`},
 		{"timeout NaN", map[string]string{"AQUIFER_REQUEST_TIMEOUT": "NaN"}, `AQUIFER_REQUEST_TIMEOUT: "NaN" must be a positive duration`},
 		{"shutdown negative", map[string]string{"AQUIFER_SHUTDOWN_TIMEOUT": "-5s"}, `AQUIFER_SHUTDOWN_TIMEOUT: "-5s" must be a positive duration`},
+		{"failed retention zero", map[string]string{"AQUIFER_FAILED_RETENTION": "0"}, `AQUIFER_FAILED_RETENTION: "0" must be a positive duration`},
+		{"failed retention in days", map[string]string{"AQUIFER_FAILED_RETENTION": "7d"}, `AQUIFER_FAILED_RETENTION: "7d" is not a duration`},
 		{"lane window zero", map[string]string{"AQUIFER_LANE_WINDOW": "0"}, "AQUIFER_LANE_WINDOW: 0 is out of range [1, 1000000]"},
 		{"lane window too large", map[string]string{"AQUIFER_LANE_WINDOW": "1000001"}, "AQUIFER_LANE_WINDOW: 1000001 is out of range [1, 1000000]"},
 		{"log level unknown", map[string]string{"AQUIFER_LOG_LEVEL": "verbose"}, `AQUIFER_LOG_LEVEL: "verbose" is not one of debug, info, warn, error`},

@@ -19,12 +19,13 @@ import (
 // facade and the core use too, and checked by tenant.Check. When any is
 // configured, every job, pool and stream endpoint requires
 // "Authorization: Bearer <key>", and each tenant sees only its own jobs and
-// pools.
+// pools — except a tenant with role: admin, an operator's key, which sees
+// and acts on every tenant's jobs and may pause lanes.
 
 // tenantKeys are the YAML keys of a tenant, by the Go field tenant.Check
 // names.
 var tenantKeys = map[string]string{"Name": "name", "KeySHA256": "key_sha256", "MaxQueued": "max_queued",
-	"Rates": "upstreams", "Destinations": "destinations", "WebhookSecrets": "webhook_secret"}
+	"Rates": "upstreams", "Destinations": "destinations", "WebhookSecrets": "webhook_secret", "Role": "role"}
 
 // HashKey returns the hex SHA-256 of an API key, as key_sha256 holds it.
 func HashKey(key string) string {
@@ -114,6 +115,8 @@ func decodeTenant(where string, entry map[string]yaml.Node) (tenant.Tenant, erro
 			}
 		case "webhook_secret":
 			t.WebhookSecrets, err = decodeWebhookSecrets(node)
+		case "role":
+			err = node.Decode(&t.Role)
 		default:
 			err = errors.New("unknown setting")
 		}

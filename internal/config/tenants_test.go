@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aquiferhq/aquifer/internal/app/tenant"
 	"github.com/aquiferhq/aquifer/internal/config"
 	"github.com/aquiferhq/aquifer/internal/domain"
 )
@@ -19,12 +20,18 @@ func TestTenants(t *testing.T) {
     max_queued: 7
     upstreams:
       API.example.com: {rps: 5, max_concurrent: 2}
+  - name: ops
+    key_sha256: `+config.HashKey("key-ops")+`
+    role: admin
 `)
 	cfg := mustLoad(t, envOf(map[string]string{"CONFIG_PATH": path}))
-	if len(cfg.Tenants) != 2 {
+	if len(cfg.Tenants) != 3 {
 		t.Fatalf("tenants %+v", cfg.Tenants)
 	}
 	a, b := cfg.Tenants[0], cfg.Tenants[1]
+	if a.Role != "" || b.Role != "" || cfg.Tenants[2].Role != tenant.RoleAdmin {
+		t.Fatalf("roles %q, %q, %q; want only ops an admin", a.Role, b.Role, cfg.Tenants[2].Role)
+	}
 	if a.Name != "Alpha" || a.KeySHA256 != ha || a.MaxQueued != 0 {
 		t.Fatalf("alpha %+v (names keep their case; hashes are lower-cased)", a)
 	}
@@ -68,6 +75,8 @@ func TestTenantChecksNameYAMLKeys(t *testing.T) {
 		"host twice":    {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    upstreams:\n      x.test: {rps: 1}\n      X.test: {rps: 2}\n", "host is listed twice"},
 		"host is a URL": {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    upstreams:\n      \"https://x.test\": {rps: 1}\n", "YAML key tenants[0].upstreams.https://x.test: must be a host or host:port"},
 		"bad rules":     {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    destinations:\n      deny: [\"not a host!\"]\n", "YAML key tenants[0].destinations"},
+		"unknown role":  {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    role: superuser\n", `YAML key tenants.a.role: must be "admin" or empty`},
+		"role not text": {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    role: [admin]\n", "YAML key tenants[0].role"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

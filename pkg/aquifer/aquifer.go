@@ -86,6 +86,7 @@ func build(o Options) (*Aquifer, error) {
 		MaxBodyBytes:     o.MaxBodyBytes,
 		MaxResponseBytes: o.MaxResponseBytes,
 		WindowJobs:       o.LaneWindow,
+		FailedRetention:  o.FailedRetention,
 		Admission:        o.Admission,
 		L8:               l8cfg,
 		WebhookSecrets:   o.WebhookSecrets,
@@ -105,11 +106,7 @@ func build(o Options) (*Aquifer, error) {
 		}
 		aq.prom = pm
 	}
-	hashes := make(map[string]string, len(o.Tenants))
-	for _, t := range o.Tenants {
-		hashes[t.Name] = t.KeySHA256
-	}
-	aq.auth = httpkit.NewAuth(hashes)
+	aq.auth = httpkit.NewAuth(o.Tenants)
 	return aq, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aquiferhq/aquifer/pkg/aquifer"
@@ -273,4 +274,79 @@ func ExampleAdapter() {
 	// Output:
 	// ping-1 → completed 200
 	// refused: either url or pool_id is required
+}
+
+// Find the jobs that failed while a destination was down, and replay them
+// once it is back: a dry run says how many, then an operation re-queues
+// them in the background.
+func ExampleAquifer_RetryJobs() {
+	var down atomic.Bool
+	down.Store(true)
+	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "synced %s", r.URL.Path)
+	}))
+	defer dest.Close()
+
+	aq, err := aquifer.New(aquifer.Options{Store: aquifer.NewMemoryStore(), CloseStore: true,
+		Retry: aquifer.RetryPolicy{Attempts: 1}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := aq.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer aq.Stop(ctx)
+
+	res, err := aq.Enqueue(ctx, &aquifer.JobRequest{UserID: "acct-7", IdempotentKey: "sync-1", URL: dest.URL + "/accounts/7"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := aq.Wait(ctx, res.JobID); err != nil {
+		log.Fatal(err)
+	}
+
+	failed := &aquifer.JobQuery{Statuses: []aquifer.Status{aquifer.StatusFailed}, Destination: dest.URL}
+	page, err := aq.ListJobs(ctx, failed)
+	if err != nil {
+		log.Fatal(err)
+	}
+	last := page.Jobs[0].History[len(page.Jobs[0].History)-1]
+	fmt.Println("failed:", page.Counts[aquifer.StatusFailed], "last answer:", last.Status)
+
+	down.Store(false)
+	dry, err := aq.RetryJobs(ctx, failed, true)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("would retry:", dry.Count)
+	run, err := aq.RetryJobs(ctx, failed, false)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for {
+		op, err := aq.Operation(ctx, run.Operation.ID)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if op.Finished() {
+			fmt.Println("operation:", op.State, "retried:", op.Changed)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	job, err := aq.Wait(ctx, res.JobID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(job.Status, string(job.Result.Body), "attempts recorded:", len(job.History))
+	// Output:
+	// failed: 1 last answer: 503
+	// would retry: 1
+	// operation: completed retried: 1
+	// completed synced /accounts/7 attempts recorded: 2
 }

@@ -57,6 +57,10 @@ type Options struct {
 	// LaneWindow is how many ready jobs each destination keeps in memory;
 	// the rest wait in the store. Default 256.
 	LaneWindow int
+	// FailedRetention is how long a failed job — the dead-letter set that
+	// ListJobs finds and Retry replays — is kept once nothing is left to
+	// do for it (its webhook delivered or given up). Default 2h.
+	FailedRetention time.Duration
 
 	// Admission sets the limits above which new jobs are refused
 	// (CodeRejected, HTTP 429). Default: none.
@@ -89,9 +93,11 @@ type Options struct {
 	WebhookSecrets []WebhookSecret
 
 	// Tenants are API-key tenants: each sees only its own jobs and pools,
-	// within its quota and pace caps. None means open mode: every caller
-	// sees everything. Front doors authenticate a caller and name its
-	// tenant with WithTenant.
+	// within its quota and pace caps; one with Role RoleAdmin is an
+	// operator's key, which sees and acts on every tenant's jobs and may
+	// pause lanes. None means open mode: every caller sees everything.
+	// Front doors authenticate a caller and name its tenant with
+	// WithTenant (an admin with WithAdmin).
 	Tenants []Tenant
 
 	// Outage tunes the outage circuits: a destination that fails for
@@ -172,12 +178,24 @@ func WebhookSecrets(published ...string) []WebhookSecret {
 func NewWebhookSecret() (string, error) { return l8.NewSecret() }
 
 // WithTenant returns ctx acting for the named tenant: Enqueue, Get,
-// Subscribe, Wait and Cancel then see only that tenant's jobs, and its
-// quota and caps apply. A front door calls it after authenticating a
+// Subscribe, Wait, Cancel and the operator calls (ListJobs, Retry, …)
+// then see only that tenant's jobs, and its quota and caps apply. A front door calls it after authenticating a
 // caller. Without it (or with ""), calls act as the operator and see every
 // job.
 func WithTenant(ctx context.Context, name string) context.Context {
 	return app.WithTenant(ctx, name)
+}
+
+// RoleAdmin is the Tenant.Role of an operator's key: it sees and acts on
+// every tenant's jobs and may pause lanes.
+const RoleAdmin = app.RoleAdmin
+
+// WithAdmin returns ctx acting for the named tenant as an admin (a Tenant
+// with Role RoleAdmin): its own submissions are scoped to its name like any
+// tenant's, but it sees and acts on every tenant's jobs, operations and
+// lanes. A front door calls it after authenticating an admin's key.
+func WithAdmin(ctx context.Context, name string) context.Context {
+	return app.WithAdmin(ctx, name)
 }
 
 // validate reports every problem Options has before anything is built.

@@ -23,10 +23,18 @@ import (
 // implement it yourself; every method documents its contract, and
 // pkg/aquifer/storetest runs the conformance suite the built-in stores pass.
 //
-// A store may also implement LedgerStore (needed for drain mode) and
-// TenantCounter (faster tenant quotas). Only the built-in Postgres store
-// can be shared by several processes.
+// A store may also implement LedgerStore (needed for drain mode),
+// TenantCounter (faster tenant quotas) and OperatorStore (listing,
+// retrying and pausing: Aquifer.ListJobs and the calls beside it). Only
+// the built-in Postgres store can be shared by several processes.
 type Store = ports.JobStore
+
+// OperatorStore is implemented by stores that list and count jobs by
+// filter, re-queue finished jobs, run bulk operations in durable batches
+// and keep lane pauses; every built-in store does. Without it the operator
+// calls (ListJobs, Retry, RetryJobs, PauseLane, …) fail with
+// CodeUnavailable.
+type OperatorStore = ports.OperatorStore
 
 // LedgerStore is implemented by stores one process owns entirely; drain
 // mode needs it. storetest.RunLedger checks it.
@@ -53,6 +61,11 @@ type (
 	Counts               = ports.Counts
 	LedgerParams         = ports.LedgerParams
 	LedgerEntry          = ports.LedgerEntry
+	ListJobsParams       = ports.ListJobsParams
+	CountJobsParams      = ports.CountJobsParams
+	RetryParams          = ports.RetryParams
+	BatchItem            = ports.BatchItem
+	RunBatchParams       = ports.RunBatchParams
 )
 
 // QueueKey names the queue a job waits in (Job.Queue, Job.ReadyQueue): a

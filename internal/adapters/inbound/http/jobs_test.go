@@ -21,6 +21,7 @@ import (
 	"time"
 
 	httpapi "github.com/aquiferhq/aquifer/internal/adapters/inbound/http"
+	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
 	"github.com/aquiferhq/aquifer/internal/adapters/outbound/memory"
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/domain"
@@ -64,6 +65,8 @@ type envOptions struct {
 	admission app.AdmissionConfig    // app.Config.Admission
 	poolToken string                 // httpapi.Options.PoolToken
 	l8        *l8.Identity           // app.Config.L8.Identity
+	tenants   []app.Tenant           // app.Config.Tenants, authenticated by httpkit.NewAuth(tenants)
+	outage    app.OutageConfig       // app.Config.Outage
 }
 
 type env struct {
@@ -85,6 +88,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Rates:        app.RateTable{Defaults: domain.Rate{RPS: 1000, MaxConcurrent: 8}, Hosts: o.hosts},
 		Admission:    o.admission,
 		L8:           app.L8Config{Identity: o.l8},
+		Tenants:      o.tenants,
+		Outage:       o.outage,
 	})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
@@ -92,7 +97,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err := svc.Start(context.Background()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	h := httpapi.New(svc, httpapi.Options{MaxBodyBytes: o.maxBody, KeepAlive: o.keepAlive, PoolToken: o.poolToken})
+	h := httpapi.New(svc, httpapi.Options{MaxBodyBytes: o.maxBody, KeepAlive: o.keepAlive, PoolToken: o.poolToken,
+		Auth: httpkit.NewAuth(o.tenants)})
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		h.CloseStreams()
@@ -931,9 +937,13 @@ func TestUnknownRouteAndWrongMethod(t *testing.T) {
 		{http.MethodGet, "/nope", http.StatusNotFound, ""},
 		{http.MethodPost, "/job", http.StatusNotFound, ""},
 		{http.MethodGet, "/jobs/0123456789abcdef0123456789abcdef/stream/more", http.StatusNotFound, ""},
-		{http.MethodGet, "/jobs", http.StatusMethodNotAllowed, "POST"},
-		{http.MethodDelete, "/jobs", http.StatusMethodNotAllowed, "POST"},
-		{http.MethodPut, "/jobs", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodDelete, "/jobs", http.StatusMethodNotAllowed, "GET, POST"},
+		{http.MethodPut, "/jobs", http.StatusMethodNotAllowed, "GET, POST"},
+		{http.MethodGet, "/jobs/0123456789abcdef0123456789abcdef/retry", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPut, "/jobs/retry", http.StatusMethodNotAllowed, "GET, HEAD, POST, DELETE"}, // and /jobs/{id}'s
+		{http.MethodPost, "/operations", http.StatusMethodNotAllowed, "GET"},
+		{http.MethodDelete, "/lanes/pool:p", http.StatusMethodNotAllowed, "GET"},
+		{http.MethodGet, "/lanes/pool:p/pause", http.StatusMethodNotAllowed, "POST"},
 		{http.MethodPut, "/jobs/abc", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
 		{http.MethodPut, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},
 		{http.MethodPost, "/jobs/0123456789abcdef0123456789abcdef", http.StatusMethodNotAllowed, "GET, HEAD, DELETE"},

@@ -33,6 +33,17 @@ type Core interface {
 	Pools(ctx context.Context) map[string]app.PoolHealth
 	L8Metadata() *l8.Metadata
 	L8Challenge(ctx context.Context, c *l8.ChallengeRequest) (*l8.ChallengeResponse, error)
+
+	// Operators' calls (operator.go, lanes.go).
+	ListJobs(ctx context.Context, q *app.JobQuery) (*app.JobPage, error)
+	Retry(ctx context.Context, id domain.JobID) (*domain.Job, error)
+	StartOperation(ctx context.Context, kind domain.OperationKind, q *app.JobQuery, dryRun bool) (*app.OperationResult, error)
+	GetOperation(ctx context.Context, id string) (*domain.Operation, error)
+	Operations(ctx context.Context) ([]*domain.Operation, error)
+	Lanes(ctx context.Context) ([]*app.LaneView, error)
+	Lane(ctx context.Context, dest string) (*app.LaneView, error)
+	PauseLane(ctx context.Context, dest, reason string) (*app.LaneView, error)
+	ResumeLane(ctx context.Context, dest string) (*app.LaneView, error)
 }
 
 var _ Core = (*app.Service)(nil)
@@ -46,9 +57,11 @@ type Options struct {
 	// PoolToken, when set, is required as "Authorization: Bearer <token>"
 	// on the pool endpoints (registration, heartbeat, leave, listing).
 	PoolToken string
-	// Auth, when it has tenants, requires an API key on every job and pool
-	// endpoint and scopes them to the key's tenant (the pool token is then
-	// not used). nil or empty: open.
+	// Auth, when it has tenants, requires an API key on every job, pool,
+	// operation and lane endpoint and scopes them to the key's tenant (the
+	// pool token is then not used); an admin key acts on every tenant's
+	// jobs. nil or empty: open, and the operator endpoints say so in an
+	// Aquifer-Warning header.
 	Auth *httpkit.Auth
 	// HealthOnly serves /health alone (with JSON 404/405 for the rest): the
 	// REST API is off, other adapters are mounted on Router().
@@ -100,6 +113,19 @@ func New(core Core, opts Options) *Handler {
 		r.Delete("/pools/{pool_id}/members/{member_id}", h.leaveMember)
 		r.Get("/pools", h.listPools)
 		r.Get("/pools/{pool_id}", h.getPool)
+		r.Group(func(r chi.Router) {
+			r.Use(h.warnOpen)
+			r.Get("/jobs", h.listJobs)
+			r.Post("/jobs/{id}/retry", h.retryJob)
+			r.Post("/jobs/retry", h.bulkRetry)
+			r.Post("/jobs/cancel", h.bulkCancel)
+			r.Get("/operations", h.listOperations)
+			r.Get("/operations/{id}", h.getOperation)
+			r.Get("/lanes", h.listLanes)
+			r.Get("/lanes/{destination}", h.getLane)
+			r.Post("/lanes/{destination}/pause", h.pauseLane)
+			r.Post("/lanes/{destination}/resume", h.resumeLane)
+		})
 	})
 	r.Get("/.well-known/l8", h.l8Metadata)
 	r.Post("/l8/challenge", h.l8Challenge)

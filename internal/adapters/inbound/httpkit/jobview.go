@@ -17,6 +17,7 @@ type JobView struct {
 	Method         string            `json:"method"`
 	CreatedAt      int64             `json:"created_at" jsonschema:"Unix time in milliseconds."`
 	UpdatedAt      int64             `json:"updated_at" jsonschema:"Unix time in milliseconds."`
+	Tenant         string            `json:"tenant,omitempty" jsonschema:"The API-key tenant the job belongs to (shown to operators; a tenant sees its own jobs without it)."`
 	UserID         string            `json:"user_id"`
 	PoolID         string            `json:"pool_id,omitempty"`
 	WebhookURL     string            `json:"webhook_url,omitempty" jsonschema:"The webhook URL, secret query parameters redacted."`
@@ -29,6 +30,7 @@ type JobView struct {
 	ContentType    string            `json:"content_type,omitempty" jsonschema:"The response's Content-Type."`
 	Reason         string            `json:"reason,omitempty" jsonschema:"Why the job failed."`
 	Webhook        *WebhookView      `json:"webhook,omitempty" jsonschema:"Delivery of the result to webhook_url."`
+	History        []AttemptView     `json:"history" jsonschema:"The job's last dispatch attempts (at most 10), oldest first; kept across retries."`
 }
 
 // WebhookView reports the delivery of a finished job's result.
@@ -39,13 +41,17 @@ type WebhookView struct {
 	Reason         string `json:"reason,omitempty"`
 }
 
-// NewJobView renders j.
+// NewJobView renders j. A job the core still shows with its tenant scope
+// (to an operator, who sees every tenant's jobs) shows its tenant on its
+// own and its user and pool ids as the tenant named them.
 func NewJobView(j *domain.Job) JobView {
+	tenant, user := domain.Unscope(j.UserID)
+	_, pool := domain.Unscope(j.PoolID)
 	out := JobView{
 		JobID: string(j.ID), Status: string(j.Status), URL: domain.RedactURL(j.URL), Method: j.Method,
-		CreatedAt: j.CreatedAt.UnixMilli(), UpdatedAt: j.UpdatedAt.UnixMilli(), UserID: j.UserID,
-		PoolID: j.PoolID, WebhookURL: domain.RedactURL(j.WebhookURL), Headers: domain.RedactHeaders(j.Headers),
-		Attempts: j.Attempts,
+		CreatedAt: j.CreatedAt.UnixMilli(), UpdatedAt: j.UpdatedAt.UnixMilli(), Tenant: tenant, UserID: user,
+		PoolID: pool, WebhookURL: domain.RedactURL(j.WebhookURL), Headers: domain.RedactHeaders(j.Headers),
+		Attempts: j.Attempts, History: historyView(j.History),
 	}
 	if r := j.Result; r != nil {
 		status := r.ResponseStatus

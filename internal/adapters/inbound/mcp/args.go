@@ -119,11 +119,30 @@ func checkValue(name string, p *jsonschema.Schema, raw json.RawMessage) error {
 		if kind == "number" && slices.Contains(want, "integer") {
 			return fmt.Errorf("%s must be a whole number (digits only), not %s", name, raw)
 		}
-		return fmt.Errorf("%s must be %s, not %s", name, article(want[0]), met(kind))
+		return fmt.Errorf("%s must be %s, not %s", name, article(wanted(want)), met(kind))
 	}
 	switch kind {
 	case "integer", "number":
 		return checkNumber(name, p, raw, kind)
+	case "string":
+		return checkEnum(name, p, raw)
+	case "array":
+		if p.Items == nil {
+			return nil
+		}
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return fmt.Errorf("%s must be an array", name)
+		}
+		it := types(p.Items)
+		for i, item := range items {
+			if got := kindOf(item); len(it) > 0 && !slices.Contains(it, got) {
+				return fmt.Errorf("every item of %s must be %s; item %d is %s", name, article(it[0]), i+1, met(got))
+			}
+			if err := checkEnum(fmt.Sprintf("item %d of %s", i+1, name), p.Items, item); err != nil {
+				return err
+			}
+		}
 	case "object":
 		if p.AdditionalProperties == nil {
 			return nil
@@ -140,6 +159,33 @@ func checkValue(name string, p *jsonschema.Schema, raw json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// checkEnum checks a string against the schema's allowed values, if any.
+func checkEnum(name string, p *jsonschema.Schema, raw json.RawMessage) error {
+	if len(p.Enum) == 0 {
+		return nil
+	}
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return fmt.Errorf("%s must be a string", name)
+	}
+	allowed := make([]string, 0, len(p.Enum))
+	for _, e := range p.Enum {
+		if e == v {
+			return nil
+		}
+		allowed = append(allowed, fmt.Sprint(e))
+	}
+	return fmt.Errorf("%s must be one of %s, not %q", name, orList(allowed), v)
+}
+
+// orList joins names as "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // checkNumber checks a number's bounds, and that an integer fits in 64
@@ -192,6 +238,17 @@ func kindOf(raw json.RawMessage) string {
 		return "number"
 	}
 	return "integer"
+}
+
+// wanted is the type to name in a message: the first one that is not
+// null (a Go slice or pointer is "null or array"; null is rarely meant).
+func wanted(types []string) string {
+	for _, t := range types {
+		if t != "null" {
+			return t
+		}
+	}
+	return types[0]
 }
 
 func types(p *jsonschema.Schema) []string {

@@ -29,7 +29,8 @@ const fuzzMaxBody = 4096
 
 // fuzzCore is the application as far as MCP can see it, without a store:
 // Enqueue validates like the real one and answers a fixed job; every job
-// read or cancel is a 404; the L8 challenge is the real identity's answer. It
+// read, cancel or retry is a 404, every listing empty and every lane idle;
+// the L8 challenge is the real identity's answer. It
 // records requests that should never have reached it.
 type fuzzCore struct {
 	id     *l8.Identity
@@ -76,6 +77,28 @@ func (c *fuzzCore) L8Challenge(_ context.Context, ch *l8.ChallengeRequest) (*l8.
 		return nil, domain.Invalid("", "%s", err.Error())
 	}
 	return resp, nil
+}
+
+func (c *fuzzCore) ListJobs(context.Context, *app.JobQuery) (*app.JobPage, error) {
+	return &app.JobPage{Counts: map[domain.Status]int64{}}, nil
+}
+
+func (c *fuzzCore) Retry(context.Context, domain.JobID) (*domain.Job, error) {
+	return nil, domain.ErrNotFound
+}
+
+func (c *fuzzCore) Lanes(context.Context) ([]*app.LaneView, error) { return nil, nil }
+
+func (c *fuzzCore) Lane(_ context.Context, dest string) (*app.LaneView, error) {
+	return &app.LaneView{Destination: domain.UpstreamKey(dest)}, nil
+}
+
+func (c *fuzzCore) PauseLane(_ context.Context, dest, reason string) (*app.LaneView, error) {
+	return &app.LaneView{Destination: domain.UpstreamKey(dest), Paused: &domain.LanePause{Upstream: domain.UpstreamKey(dest), Reason: reason}}, nil
+}
+
+func (c *fuzzCore) ResumeLane(_ context.Context, dest string) (*app.LaneView, error) {
+	return &app.LaneView{Destination: domain.UpstreamKey(dest)}, nil
 }
 
 func (c *fuzzCore) violations() []string {

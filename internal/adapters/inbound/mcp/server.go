@@ -1,7 +1,8 @@
 // Package mcp is Aquifer's Model Context Protocol adapter, on the official
-// go-sdk. It serves six tools (enqueue a job, read or wait for a job, cancel
-// a job, health, L8 metadata, L8 challenge) and one resource template
-// (aquifer://jobs/{job_id}), over stdio or streamable HTTP.
+// go-sdk. It serves eleven tools (enqueue a job, read or wait for a job,
+// cancel a job, health, L8 metadata, L8 challenge; and for operators: list
+// jobs, retry a job, the lanes, pause and resume a lane) and one resource
+// template (aquifer://jobs/{job_id}), over stdio or streamable HTTP.
 //
 // Core errors, and arguments that do not fit a tool's input schema, are
 // answered as MCP tool errors (a result with isError set and a message an
@@ -35,6 +36,13 @@ type Core interface {
 	Health(ctx context.Context) *app.Health
 	L8Metadata() *l8.Metadata
 	L8Challenge(ctx context.Context, c *l8.ChallengeRequest) (*l8.ChallengeResponse, error)
+
+	ListJobs(ctx context.Context, q *app.JobQuery) (*app.JobPage, error)
+	Retry(ctx context.Context, id domain.JobID) (*domain.Job, error)
+	Lanes(ctx context.Context) ([]*app.LaneView, error)
+	Lane(ctx context.Context, dest string) (*app.LaneView, error)
+	PauseLane(ctx context.Context, dest, reason string) (*app.LaneView, error)
+	ResumeLane(ctx context.Context, dest string) (*app.LaneView, error)
 }
 
 var _ Core = (*app.Service)(nil)
@@ -90,6 +98,7 @@ func New(core Core, opts Options) *Server {
 		Capabilities: &sdk.ServerCapabilities{},
 	})
 	s.addTools()
+	s.addOperatorTools()
 	s.addResources()
 	s.sdk.AddReceivingMiddleware(s.checkArgs)
 	return s
@@ -99,7 +108,9 @@ const instructions = `Aquifer is a durable, rate-paced HTTP job queue. Submit an
 	`aquifer_enqueue_job; Aquifer stores it durably and sends it at the pace the destination can take, ` +
 	`retrying transient failures. Then call aquifer_get_job with the returned job_id and wait_seconds ` +
 	`(up to 60) to wait for the upstream's response, or read the resource aquifer://jobs/{job_id}. ` +
-	`Resubmitting the same (user_id, idempotent_key) never creates a second job.`
+	`Resubmitting the same (user_id, idempotent_key) never creates a second job. Operators find jobs with ` +
+	`aquifer_list_jobs (status failed: the dead letters), replay one with aquifer_retry_job, and see, pause ` +
+	`and resume destinations with aquifer_lanes, aquifer_pause_lane and aquifer_resume_lane.`
 
 // slogger bridges the SDK's slog output into zap.
 func (s *Server) slogger() *slog.Logger {
@@ -131,7 +142,8 @@ func (s *Server) RunStdio(ctx context.Context, r io.ReadCloser, w io.WriteCloser
 
 // HTTPHandler returns the streamable HTTP transport, to be mounted at /mcp.
 // It lifts the listener's write timeout for its requests: server-sent event
-// streams and long-polls outlive it.
+// streams and long-polls outlive it. Its calls are marked as coming over
+// HTTP, where open mode is worth a warning (openWarning).
 func (s *Server) HTTPHandler() http.Handler {
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.sdk }, &sdk.StreamableHTTPOptions{
 		Logger:         s.slogger(),
@@ -141,7 +153,7 @@ func (s *Server) HTTPHandler() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-		ctx, cancel := context.WithCancel(r.Context())
+		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), httpCallKey{}, true))
 		defer cancel()
 		done := make(chan struct{})
 		defer close(done)

@@ -67,10 +67,11 @@
 // SyncLeases is one transaction of three statements sent as one pipelined
 // batch, whatever the number of jobs: create the (free) rows of wanted lanes
 // never seen before; renew the held leases whose owner is still this process
-// (until = now() + TTL, saving their state); take free or expired wanted
-// leases (until < now(), or a stray lease of this process's), up to Max in
-// all, returning the state saved with them. Exclusivity rests on row locks
-// and on READ COMMITTED's re-check of a locked row:
+// (until = now() + TTL, or the later until already there, saving their
+// state); take free or expired wanted leases (until < now(), or a stray
+// lease of this process's), up to Max in all, returning the state saved
+// with them. Exclusivity rests on row locks, on READ COMMITTED's re-check
+// of a locked row and on until never moving back except on release:
 //
 //   - Taking locks its candidates FOR UPDATE SKIP LOCKED. A row another
 //     transaction is taking or renewing is skipped, not waited for. A row
@@ -91,6 +92,14 @@
 //     clock: that is never later than the lease's end on the database, so
 //     its view of the lease ends before another process can take it (up to
 //     the skew between the two machines' clocks).
+//   - Renewing and taking write the later of now() + TTL and the until
+//     already there. Two transactions of one process (concurrent calls, or
+//     a call its caller gave up on that the database still runs) may write
+//     a lease in the opposite order of their starts; the earlier one, with
+//     the earlier now(), passes the owner re-check, and writing its own
+//     now() + TTL would cut short the lease the later call returned, so
+//     that another process could take the lane while its holder still
+//     dispatches it.
 //
 // ReleaseLeases saves the state and sets until to -infinity, so the lanes
 // are free at once; Close frees the leases this process still holds, and

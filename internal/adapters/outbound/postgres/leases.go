@@ -19,6 +19,21 @@ import (
 // InstanceID implements ports.Cluster: Options.Owner.
 func (s *Store) InstanceID() string { return s.opts.Owner }
 
+// untilExpr is the until that renewing or taking writes into the lease row
+// l: now() + TTL ($2, in milliseconds), but never earlier than the until
+// already there. now() is the start of the writing transaction, not the
+// time of the write, and two transactions of this process (concurrent
+// SyncLeases calls, or one whose caller gave up on it while the database
+// still runs it) may write a row in the opposite order of their starts.
+// The one that started first locks the row after the other committed,
+// passes the owner re-check, and with a plain now() + TTL would move until
+// back, cutting short the lease the other call just returned: another
+// process could then take the lane while that caller still dispatches it.
+// Keeping the later until, every lease granted lasts at least until its
+// transaction's now() + TTL, whatever commits after it. Only releasing
+// (ReleaseLeases, sqlFreeMyLanes) moves until back, to -infinity.
+const untilExpr = `greatest(l.until, now() + $2 * interval '1 millisecond')`
+
 // Statements that lock several lease rows and wait for locks lock them in
 // upstream order (a FOR UPDATE subquery with ORDER BY), so that two of them
 // naming overlapping lanes cannot deadlock. Taking never waits (SKIP LOCKED).
@@ -29,12 +44,14 @@ func (s *Store) InstanceID() string { return s.opts.Owner }
 // returned: the lock re-checks the owner on the row's newest version. One
 // that ran out but nobody took is still this process's, and renewing it is
 // safe, since nobody else dispatched the lane meanwhile.
+//
+// The new until never comes before the row's current one (see untilExpr).
 const sqlRenewLeases = `WITH locked AS (
 	SELECT upstream FROM aquifer_lanes WHERE upstream = ANY ($3::text[]) AND owner = $1
 	ORDER BY upstream FOR UPDATE
 )
 UPDATE aquifer_lanes l
-	SET until = now() + $2 * interval '1 millisecond', saved = h.saved, rps = h.rps,
+	SET until = ` + untilExpr + `, saved = h.saved, rps = h.rps,
 		max_concurrent = h.max_concurrent, account_queues = h.account_queues, updated_at = now()
 	FROM locked, unnest($3::text[], $4::bool[], $5::float8[], $6::int4[], $7::bool[])
 		AS h(upstream, saved, rps, max_concurrent, account_queues)
@@ -66,7 +83,9 @@ const sqlEnsureLanes = `INSERT INTO aquifer_lanes (upstream)
 // re-checked against its newest version once locked (READ COMMITTED
 // re-evaluates the WHERE clause), so its fresh until fails the check and
 // LIMIT moves on to the next candidate. The state columns are not written,
-// so RETURNING gives the state the previous holder saved.
+// so RETURNING gives the state the previous holder saved. A stray's until
+// is kept if it is later than the new one (see untilExpr); a row that is
+// free or expired gets now() + TTL.
 const sqlTakeLeases = `WITH room AS (
 	SELECT CASE WHEN $4::int <= 0 THEN NULL
 		ELSE greatest($4::int - (SELECT count(*) FROM aquifer_lanes
@@ -78,7 +97,7 @@ const sqlTakeLeases = `WITH room AS (
 	LIMIT (SELECT n FROM room)
 	FOR UPDATE SKIP LOCKED
 )
-UPDATE aquifer_lanes l SET owner = $1, until = now() + $2 * interval '1 millisecond', updated_at = now()
+UPDATE aquifer_lanes l SET owner = $1, until = ` + untilExpr + `, updated_at = now()
 FROM cand WHERE l.upstream = cand.upstream
 RETURNING l.upstream, l.saved, l.rps, l.max_concurrent, l.account_queues`
 

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -46,15 +47,21 @@ func keys(ls []ports.LaneLease) []domain.UpstreamKey {
 
 // TestSyncLeasesIsExclusive races two stores (processes), several goroutines
 // each, for the same lanes. Each goroutine keeps its own leases and renews
-// them; each store now and then pauses all its goroutines, long enough for
-// its leases to run out, and sometimes releases its lanes when it pauses.
-// Every lease returned is recorded as the time during which its store may
-// dispatch the lane: from the return of the call to the call's start plus
-// the TTL (the lease runs until the database's now() + TTL, and the
-// database's now() is later than the call's start), or to the release. No
-// two stores' periods for a lane may overlap. The TTL is short, so that
-// leases change hands often; a loaded machine may make a call slower than
-// the TTL, whose leases then hold for no time at all.
+// them; the goroutines of a store share its owner name, so their calls are
+// one process's overlapping transactions, taking each other's leases as
+// strays and renewing them in any order. Each store now and then pauses all
+// its goroutines, long enough for its leases to run out, and sometimes
+// releases its lanes when it pauses; after a pause its goroutines either
+// start afresh or, like a process that stalled, renew the leases they held
+// as if nothing happened, and must not get back those the other store took
+// meanwhile. Every lease returned is recorded as the time during which its
+// store may dispatch the lane: from the return of the call to the call's
+// start plus the TTL (the lease runs at least until the call's
+// transaction's now() + TTL, and the database's now() is later than the
+// call's start), or to the release. No two stores' periods for a lane may
+// overlap. The TTL is short, so that leases change hands often; a loaded
+// machine may make a call slower than the TTL, whose leases then hold for
+// no time at all.
 func TestSyncLeasesIsExclusive(t *testing.T) {
 	t.Parallel()
 	schema := newSchema(t)
@@ -77,6 +84,7 @@ func TestSyncLeasesIsExclusive(t *testing.T) {
 		s      *Store
 		gate   sync.RWMutex // goroutines sync under RLock; a pause takes Lock
 		paused atomic.Bool
+		forget atomic.Bool // whether a paused goroutine drops its leases
 	}
 	runs := []*run{{s: openStore(t, schema, "a:1", nil)}, {s: openStore(t, schema, "b:1", nil)}}
 	var wg sync.WaitGroup
@@ -90,7 +98,9 @@ func TestSyncLeasesIsExclusive(t *testing.T) {
 				var held []ports.LaneLease
 				for time.Now().Before(end) {
 					if r.paused.Load() {
-						held = nil
+						if r.forget.Load() {
+							held = nil
+						}
 						time.Sleep(ttl / 4)
 						continue
 					}
@@ -124,6 +134,7 @@ func TestSyncLeasesIsExclusive(t *testing.T) {
 			for time.Now().Before(end) {
 				time.Sleep(2*ttl + time.Duration(rng.IntN(int(4*ttl))))
 				r.gate.Lock() // every goroutine of the store is between calls
+				r.forget.Store(rng.IntN(2) == 0)
 				r.paused.Store(true)
 				if rng.IntN(2) == 0 {
 					release := make([]ports.LaneLease, len(lanes))
@@ -181,6 +192,85 @@ func TestSyncLeasesIsExclusive(t *testing.T) {
 		t.Fatalf("lanes changed hands only %d times in %d calls: the test proved little", changes, calls)
 	}
 	t.Logf("%d SyncLeases calls, %d changes of hands, %d leases returned after their TTL", calls, changes, empty)
+}
+
+// TestRenewalNeverShortensLease: two SyncLeases transactions of one process
+// overlap, and the one that started first writes a lease row after the
+// other committed its renewal of it. The late writer's now() is the earlier
+// one, yet the lease must keep the later end the other call was granted:
+// otherwise another process could take the lane while that caller, by its
+// own clock, still holds it. The first call is held back by a row lock on
+// the lane it renews first (renewals lock in upstream order).
+func TestRenewalNeverShortensLease(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	s := openStore(t, schema, "a:1", nil)
+	lanes := upstreams(2) // renewed in this order
+	const ttl = 5 * time.Second
+	held := syncLeases(t, s, &ports.SyncLeasesParams{Want: lanes, TTL: ttl})
+	if len(held) != 2 {
+		t.Fatalf("took %v, want both lanes", keys(held))
+	}
+	until := func() (u time.Time) {
+		query(t, schema, func(tx pgx.Tx) error {
+			return tx.QueryRow(t.Context(), "SELECT until FROM aquifer_lanes WHERE upstream = $1", string(lanes[1])).Scan(&u)
+		})
+		return u
+	}
+
+	ctx := t.Context()
+	blocker, err := admin(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(context.Background()) }() // on failure, lets the first call end
+	var blockerPID int
+	if err := blocker.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&blockerPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Exec(ctx, "SET LOCAL search_path = "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Exec(ctx, "SELECT 1 FROM aquifer_lanes WHERE upstream = $1 FOR UPDATE", string(lanes[0])); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		got []ports.LaneLease
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		got, err := s.SyncLeases(context.Background(), &ports.SyncLeasesParams{Held: held, TTL: ttl})
+		first <- result{got, err}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for waiting := 0; waiting == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first renewal never waited for the locked lane")
+		}
+		time.Sleep(5 * time.Millisecond)
+		if err := admin(t).QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))",
+			blockerPID).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first call's transaction, and its now(), started before this;
+	// the second call's now() is clearly later.
+	time.Sleep(200 * time.Millisecond)
+	second := []ports.LaneLease{{Upstream: lanes[1]}}
+	if got := syncLeases(t, s, &ports.SyncLeasesParams{Held: second, TTL: ttl}); len(got) != 1 {
+		t.Fatalf("the second renewal returned %v, want %s", keys(got), lanes[1])
+	}
+	granted := until()
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-first; r.err != nil || len(r.got) != 2 {
+		t.Fatalf("the first renewal returned %v, %v; want both lanes", keys(r.got), r.err)
+	}
+	if after := until(); after.Before(granted) {
+		t.Fatalf("the first renewal, committed last, moved the lease's end back from %v to %v", granted, after)
+	}
 }
 
 // TestSyncLeasesRaceForFreeLanes: goroutines of two stores ask at once for
