@@ -33,6 +33,11 @@ const (
 	OpPurge                      // delete the expired jobs found, if still expired at At
 	OpDeleteFinished             // delete the finished jobs found, if still finished with Seq at most Seq
 	OpProbe                      // a small write to see whether commits succeed (CheckWrites)
+	OpRetry                      // re-queue a finished job (Retry)
+	OpRunBatch                   // one batch of a bulk operation and its progress, atomically (Batch)
+	OpSaveOperation              // store a bulk operation (Operation)
+	OpPauseLane                  // pause a destination (Pause)
+	OpResumeLane                 // remove the pause of Upstream
 )
 
 // Op is one write waiting for the writer.
@@ -49,8 +54,14 @@ type Op struct {
 	Finish   *ports.FinishParams
 	Delivery *ports.FinishDeliveryParams
 	Stale    *ports.ResetStaleParams
-	Upstream domain.UpstreamKey // OpRecoverLane
+	Upstream domain.UpstreamKey // OpRecoverLane, OpResumeLane
 	Found                       // OpResetStale, OpPurge, OpDeleteFinished: what a read found
+
+	// The operators' writes (ports.OperatorStore).
+	Retry     *ports.RetryParams
+	Batch     *ports.RunBatchParams
+	Operation *domain.Operation
+	Pause     *domain.LanePause
 
 	done chan Result // nil: nobody waits for the result (Send)
 }
@@ -76,6 +87,7 @@ type Result struct {
 	N     int64       // how many jobs changed; OpFinish: the ready_seq of a delivery made due
 	Jobs  []*domain.Job
 	Err   error
+	IDs   []domain.JobID // OpRunBatch: the jobs it changed
 }
 
 // Await makes o an op whose result is awaited, for code that commits a
