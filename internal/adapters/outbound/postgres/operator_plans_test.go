@@ -1,11 +1,14 @@
 package postgres
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
@@ -22,7 +25,7 @@ import (
 // would.
 func seedListing(tb testing.TB, schema string, n int) {
 	tb.Helper()
-	exec(tb, schema, `INSERT INTO jobs (id, seq, user_id, idempotent_key, url, method, lane, status, attempts,
+	sql := `INSERT INTO jobs (id, seq, user_id, idempotent_key, url, method, lane, status, attempts,
 		created_at, updated_at, expires_at, response_status, reason, ready_lane, ready_seq, owner, tenant, upstream, url_path)
 	SELECT 'j' || g, g, u.user_id, 'k' || g, 'http://up' || (g % 199) || '.test:80/v1/items/' || g, 'POST', l.lane,
 		st.status, 1, 1700000000000 + g * 10, 1700000000000 + g * 10, 9000000000000000,
@@ -36,9 +39,22 @@ func seedListing(tb testing.TB, schema string, n int) {
 	LATERAL (SELECT 'http://up' || (g % 199) || '.test:80' ||
 		CASE WHEN t.tenant <> '' THEN '|' || md5(t.tenant) ELSE '' END AS lane) l,
 	LATERAL (SELECT CASE WHEN g % 100 < 80 THEN 'completed' WHEN g % 100 < 85 THEN 'failed'
-		WHEN g % 100 = 99 THEN 'in_flight' ELSE 'queued' END AS status) st`, n)
+		WHEN g % 100 = 99 THEN 'in_flight' ELSE 'queued' END AS status) st`
+	// A million rows take longer than exec's bound.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, admin(tb), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL search_path = "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, sql, n)
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	exec(tb, schema, "SELECT setval('jobs_seq', $1::bigint)", n)
-	if _, err := admin(tb).Exec(tb.Context(), "VACUUM ANALYZE "+schema+".jobs"); err != nil {
+	if _, err := admin(tb).Exec(ctx, "VACUUM ANALYZE "+pgx.Identifier{schema, "jobs"}.Sanitize()); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -46,8 +62,9 @@ func seedListing(tb testing.TB, schema string, n int) {
 // TestOperatorQueriesUseIndexes checks, on a table seeded by seedListing
 // (AQUIFER_EXPLAIN_ROWS jobs, default 50000), that a first page of the
 // common listings reads a few pages of an index, never the table, and that
-// counting per status for the common filters is an index-only scan. Both
-// for the custom and the generic plan of each statement. With -v the plans
+// counting per status for a destination, a user or a tenant is an
+// index-only scan. Both for the custom and the generic plan of each
+// statement. With -v the plans
 // are logged (doc.go quotes them, from a million jobs).
 func TestOperatorQueriesUseIndexes(t *testing.T) {
 	t.Parallel()
@@ -94,21 +111,26 @@ func TestOperatorQueriesUseIndexes(t *testing.T) {
 			}
 		}
 	}
+	// Counting every job reads every job: the planner picks an index-only
+	// scan of a listing index or, on a large table, a parallel scan of the
+	// table (as fast when it is cached), so only the filtered counts are
+	// held to an index-only scan.
 	counts := []struct {
-		name   string
-		filter domain.JobFilter
+		name      string
+		filter    domain.JobFilter
+		indexOnly bool
 	}{
-		{"no filter", domain.JobFilter{}},
-		{"status (counts ignore it)", domain.JobFilter{Statuses: failed}},
-		{"destination", domain.JobFilter{Destination: "http://up7.test:80"}},
-		{"user_id", domain.JobFilter{UserID: "u42"}},
-		{"tenant", domain.JobFilter{Tenant: "t3"}},
+		{"no filter", domain.JobFilter{}, false},
+		{"destination", domain.JobFilter{Destination: "http://up7.test:80"}, true},
+		{"destination&status (counts ignore it)", domain.JobFilter{Destination: "http://up7.test:80", Statuses: failed}, true},
+		{"user_id", domain.JobFilter{UserID: "u42"}, true},
+		{"tenant", domain.JobFilter{Tenant: "t3"}, true},
 	}
 	for _, c := range counts {
 		sql, args := countQuery(&ports.CountJobsParams{Filter: c.filter, Now: now})
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			root := explainRoot(t, schema, "CountJobs "+c.name, mode, sql, args)
-			if root.scans("jobs") || !root.has("Index Only Scan") {
+			if c.indexOnly && (root.scans("jobs") || !root.has("Index Only Scan")) {
 				t.Errorf("CountJobs %s (%s) is not an index-only scan", c.name, mode)
 			}
 		}

@@ -248,7 +248,7 @@ func TestRunBatchIsAtomic(t *testing.T) {
 	next.Processed, next.Changed = 6, 6
 	for _, fault := range []struct{ table, cond string }{
 		{"jobs", "NEW.id = '" + string(jobs[3].ID) + "'"}, // the fourth job of the batch fails
-		{"aquifer_operations", "true"},                     // the progress fails
+		{"aquifer_operations", "true"},                    // the progress fails
 	} {
 		exec(t, schema, `CREATE FUNCTION fault() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN IF `+fault.cond+` THEN RAISE EXCEPTION 'injected fault'; END IF; RETURN NEW; END $$`)
