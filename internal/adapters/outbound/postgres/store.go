@@ -38,7 +38,9 @@ type Options struct {
 	// their lane (RecoverLane), so keep it close to the lane lease TTL the
 	// app uses. Default 30s.
 	Lease time.Duration
-	// MaxConns caps the connection pool; default 8.
+	// MaxConns caps the connection pool; default 8. Operators' reads
+	// (ListJobs, CountJobs, ...) use at most a quarter of it at a time, so
+	// the writer always finds a connection.
 	MaxConns int32
 	// MaxBatch caps how many operations share one transaction; default 1024.
 	MaxBatch int
