@@ -187,7 +187,7 @@
 //
 // Four B-tree indexes serve the listings (migration 4):
 //
-//	jobs_list          (status, seq) INCLUDE (expires_at)
+//	jobs_list          (status, seq)
 //	jobs_list_upstream (upstream, status, seq) INCLUDE (expires_at)
 //	jobs_list_user     (user_id, status, seq) INCLUDE (expires_at)
 //	jobs_list_tenant   (tenant, status, seq) INCLUDE (expires_at) WHERE tenant <> ''
@@ -262,9 +262,9 @@
 //	CountJobs for a user (about 1,000 jobs): Index Only Scan using jobs_list_user, 0.13 ms
 //
 // Counting every job reads every job: the planner takes a parallel
-// sequential scan of a large table (an index-only scan of jobs_list, which
-// it takes for smaller ones, is no faster once the table is cached); 1,000,000
-// jobs take 0.1 to 0.3 s. Exact counts that cost less would need counters
+// sequential scan of a large table (an index-only scan of a listing index,
+// which it takes for smaller ones, is no faster once the table is cached);
+// 1,000,000 jobs take 0.1 to 0.3 s. Exact counts that cost less would need counters
 // every write updates, which would serialize the writers of every process
 // and could not leave out jobs that expired but were not purged yet. Counts
 // with the other filters read like their listing, every row of the range.
