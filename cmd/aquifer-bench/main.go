@@ -16,6 +16,8 @@
 //	         -pacing-seconds of work and measure the rate it arrives at.
 //	fairness a noisy tenant floods an upstream while a quiet one sends a few
 //	         spaced jobs; once with account queues on, once off.
+//	listing  ingest while an operator pages GET /jobs (first pages with
+//	         counts) back to back; compare with ingest in the same run.
 package main
 
 import (
@@ -65,7 +67,7 @@ func main() {
 	flag.IntVar(&o.jobs, "n", 20000, "jobs per scenario")
 	flag.IntVar(&o.clients, "c", 64, "concurrent clients")
 	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
-	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, cluster (comma-separated) or all; cluster needs Postgres and uses at most 1,000 jobs")
+	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, listing, cluster (comma-separated) or all; cluster needs Postgres and uses at most 1,000 jobs")
 	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
 	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon: sqlite, pebble or postgres; a comma-separated list runs each scenario on each")
 	flag.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
@@ -79,7 +81,7 @@ func main() {
 	flag.IntVar(&o.quiet5, "quiet-jobs", 5, "jobs the quiet tenant sends in the fairness scenario")
 	flag.Parse()
 	if scen == "all" {
-		scen = "ceiling,ingest,e2e,backlog,pacing,fairness,cluster"
+		scen = "ceiling,ingest,e2e,backlog,pacing,fairness,listing,cluster"
 	}
 	for _, s := range strings.Split(scen, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -139,6 +141,8 @@ func run(ctx context.Context, o options) error {
 				r, err = runE2E(ctx, o)
 			case "backlog":
 				r, err = runBacklog(ctx, o)
+			case "listing":
+				r, err = runListing(ctx, o)
 			default:
 				return fmt.Errorf("unknown scenario %q", s)
 			}

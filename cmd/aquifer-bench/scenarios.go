@@ -30,6 +30,7 @@ type result struct {
 	note      string
 	cpuPerJob time.Duration // daemon CPU time per accepted job (0 = unknown)
 	harness   time.Duration // this process's CPU time per job (client, target, receiver)
+	listing   bool          // note reports the listings run during the scenario
 }
 
 // selfCPU returns this process's user+system CPU time.
@@ -284,7 +285,10 @@ func printTable(w io.Writer, rs []result) {
 	}
 	tw.Flush()
 	for _, r := range rs {
-		if r.note != "" && r.failed > 0 {
+		switch {
+		case r.note != "" && r.listing:
+			fmt.Fprintf(w, "%s: %s\n", r.scenario, r.note)
+		case r.note != "" && r.failed > 0:
 			fmt.Fprintf(w, "%s: first failure: %s\n", r.scenario, r.note)
 		}
 	}

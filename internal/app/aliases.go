@@ -23,6 +23,7 @@ type (
 	Load            = load.Load
 	WebhookPayload  = dispatch.WebhookPayload
 	LaneStats       = dispatch.LaneStats
+	QueueDetail     = dispatch.QueueDetail
 	CircuitStats    = dispatch.CircuitStats
 	AdmissionHealth = admit.Health
 	PoolHealth      = pool.Health
@@ -50,6 +51,13 @@ const (
 
 // WithTenant returns ctx carrying the authenticated tenant's name.
 func WithTenant(ctx context.Context, name string) context.Context { return tenant.With(ctx, name) }
+
+// WithAdmin returns ctx carrying an authenticated admin key's tenant: it
+// sees and acts on every tenant's jobs and may pause lanes.
+func WithAdmin(ctx context.Context, name string) context.Context { return tenant.WithAdmin(ctx, name) }
+
+// RoleAdmin is the Tenant.Role of an operator's key.
+const RoleAdmin = tenant.RoleAdmin
 
 // TenantFrom returns the tenant in ctx ("" when none).
 func TenantFrom(ctx context.Context) string { return tenant.From(ctx) }

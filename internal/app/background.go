@@ -38,6 +38,13 @@ func (s *Service) startBackground() *background {
 			}
 		})
 		b.run(func() { s.shared.Loop(ctx) })
+		// Pauses arrive as messages; the reload is the safety net for a
+		// message that was lost.
+		b.every(ctx, 5*s.cfg.Cluster.SyncInterval, func(ctx context.Context) {
+			if err := s.loadPauses(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("could not reload lane pauses", zap.Error(err))
+			}
+		})
 	}
 	if s.drain != nil {
 		b.every(ctx, s.drain.Every(), s.drain.Tick)

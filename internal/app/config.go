@@ -121,6 +121,13 @@ type Config struct {
 	// PurgeBatch is how many expired rows one purge transaction deletes.
 	// Default 1000.
 	PurgeBatch int
+	// FailedRetention is how long failed jobs — the dead-letter set — are
+	// kept for operators to find and retry once nothing is left to do for
+	// them. Default domain.FailedTTL (2h).
+	FailedRetention time.Duration
+	// OperationBatch is how many jobs one batch of a bulk retry or cancel
+	// examines. Default 500.
+	OperationBatch int
 	// SubscriberBuffer is the per-subscriber event buffer. Default 16.
 	SubscriberBuffer int
 	// PositionInterval is how often queued jobs with subscribers hear their
@@ -177,7 +184,7 @@ func (c Config) dispatch() dispatch.Config {
 	d := dispatch.Config{Store: c.Store, Doer: c.Doer, Clock: c.Clock, Logger: c.Logger, Metrics: c.Metrics,
 		Rates: c.Rates, RequestTimeout: c.RequestTimeout, MaxResponseBytes: c.MaxResponseBytes, Retry: c.Retry,
 		MaxDeferrals: c.MaxDeferrals, WindowJobs: c.WindowJobs, LaneIdleTimeout: c.LaneIdleTimeout,
-		PersistInFlightAfter: c.PersistInFlightAfter, Outage: c.Outage, Rand: c.Rand}
+		PersistInFlightAfter: c.PersistInFlightAfter, Outage: c.Outage, Rand: c.Rand, FailedRetention: c.FailedRetention}
 	if c.clustered() {
 		// Other processes read the store, not this one's memory: an attempt
 		// is recorded as in flight when it starts, so a process taking the
@@ -210,6 +217,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PurgeBatch <= 0 {
 		c.PurgeBatch = 1000
+	}
+	if c.FailedRetention <= 0 {
+		c.FailedRetention = domain.FailedTTL
+	}
+	if c.OperationBatch <= 0 {
+		c.OperationBatch = 500
 	}
 	if c.SubscriberBuffer <= 0 {
 		c.SubscriberBuffer = 16

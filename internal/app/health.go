@@ -22,11 +22,14 @@ type Health struct {
 	L8PublicKey         string `json:"l8_public_key,omitempty"`
 	StandardWebhooksKey string `json:"standard_webhooks_public_key,omitempty"`
 
-	Store     StoreHealth           `json:"store"`
-	Jobs      JobCounts             `json:"jobs"`
-	Lanes     []LaneHealth          `json:"lanes"`
-	Admission *AdmissionHealth      `json:"admission,omitempty"`
-	Pools     map[string]PoolHealth `json:"pools"`
+	Store StoreHealth  `json:"store"`
+	Jobs  JobCounts    `json:"jobs"`
+	Lanes []LaneHealth `json:"lanes"`
+	// PausedLanes are the destinations an operator paused, whether or not
+	// they have a live lane.
+	PausedLanes []PausedLane          `json:"paused_lanes"`
+	Admission   *AdmissionHealth      `json:"admission,omitempty"`
+	Pools       map[string]PoolHealth `json:"pools"`
 	// Proxy is each destination's edge-proxy mode (only destinations the
 	// proxy has seen fall back).
 	Proxy map[string]ProxyHealth `json:"proxy,omitempty"`
@@ -71,6 +74,16 @@ type LaneHealth struct {
 	// Circuit is the lane's outage circuit: closed while the destination
 	// answers; open while it is down and its work is held.
 	Circuit CircuitHealth `json:"circuit"`
+	// Paused is true while an operator has the lane paused.
+	Paused bool `json:"paused"`
+}
+
+// PausedLane is an operator's pause of a destination. SinceMS is Unix
+// milliseconds.
+type PausedLane struct {
+	Lane    string `json:"lane"`
+	SinceMS int64  `json:"since_ms"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // CircuitHealth describes a lane's outage circuit. Times are Unix
@@ -98,7 +111,7 @@ func circuitHealth(c CircuitStats) CircuitHealth {
 // Health reports the service state. It never fails: problems show up in the
 // document as a "degraded" status.
 func (s *Service) Health(ctx context.Context) *Health {
-	h := &Health{Status: "ok", Lanes: []LaneHealth{}}
+	h := &Health{Status: "ok", Lanes: []LaneHealth{}, PausedLanes: []PausedLane{}}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -124,6 +137,10 @@ func (s *Service) Health(ctx context.Context) *Health {
 			CeilingRPS: l.CeilingRPS, CeilingMaxConcurrent: l.CeilingMaxConcurrent, AccountQueues: s.AccountQueues(l.Upstream),
 			Queues: l.Queues, PausedQueues: l.PausedQueues, InFlight: l.InFlight, Buffered: l.Buffered,
 			Circuit: circuitHealth(l.Circuit)})
+		_, h.Lanes[len(h.Lanes)-1].Paused = s.d.Paused(l.Upstream)
+	}
+	for _, p := range s.d.Pauses() {
+		h.PausedLanes = append(h.PausedLanes, PausedLane{Lane: string(p.Upstream), SinceMS: p.At.UnixMilli(), Reason: p.Reason})
 	}
 	sort.Slice(h.Lanes, func(i, j int) bool { return h.Lanes[i].Lane < h.Lanes[j].Lane })
 	h.Admission = s.adm.Health(ctx, s.cfg.MaxBodyBytes)

@@ -15,6 +15,7 @@ import (
 	"github.com/aquiferhq/aquifer/internal/app/events"
 	"github.com/aquiferhq/aquifer/internal/app/lease"
 	"github.com/aquiferhq/aquifer/internal/app/load"
+	"github.com/aquiferhq/aquifer/internal/app/ops"
 	"github.com/aquiferhq/aquifer/internal/app/pool"
 	tenantpkg "github.com/aquiferhq/aquifer/internal/app/tenant"
 	"github.com/aquiferhq/aquifer/internal/app/trust"
@@ -39,6 +40,11 @@ type Service struct {
 	proxy   *edge.Proxy
 	drain   *drain.Drainer // nil unless drain mode is on
 	policy  *domain.DestinationPolicy
+
+	// opStore is the store's operator side (nil if it has none); ops runs
+	// bulk operations.
+	opStore ports.OperatorStore
+	ops     *ops.Runner
 
 	// Cluster mode only (nil otherwise).
 	leases *lease.Leases
@@ -96,6 +102,11 @@ func New(cfg Config) (*Service, error) {
 			cfg.Cluster.SyncInterval, cfg.Clock, s.log)
 	}
 	s.proxy = edge.New(cfg.Proxy, cfg.Store, intake{s}, s.d, s.broker, s.load, s.log)
+	if st, ok := cfg.Store.(ports.OperatorStore); ok {
+		s.opStore = st
+		s.ops = ops.New(ops.Config{Store: st, Hooks: opHooks{s}, Clock: cfg.Clock, Log: s.log.Named("ops"),
+			BatchSize: cfg.OperationBatch, Retention: s.d.Retention(domain.StatusFailed)})
+	}
 	if cfg.Drain.Enabled {
 		s.drain = drain.New(cfg.Drain, drain.Deps{Ledger: cfg.Store.(ports.LedgerStore), Doer: cfg.Doer, Signer: s.signer,
 			Idle: s.idleNow, Flushed: s.proxy.Reset, Clock: cfg.Clock, Logger: s.log, RequestTimeout: cfg.RequestTimeout,
@@ -164,8 +175,16 @@ func (s *Service) Start(ctx context.Context) error {
 		s.leases.Sync(ctx) // take a fair share of the lanes before dispatching starts
 	}
 	s.load.Refresh(ctx, true)
+	if err := s.loadPauses(ctx); err != nil {
+		return fmt.Errorf("read lane pauses: %w", err)
+	}
 	s.d.Start()
 	s.background = s.startBackground()
+	if s.ops != nil {
+		if _, err := s.ops.Resume(ctx); err != nil {
+			s.log.Error("could not resume bulk operations; they resume at the next start", zap.Error(err))
+		}
+	}
 	s.started = true
 	return nil
 }
@@ -183,6 +202,9 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.stopped = true
 	bg := s.background
 	s.mu.Unlock()
+	if s.ops != nil {
+		_ = s.ops.Stop(ctx) // a batch under way commits or not; the operation resumes at the next start
+	}
 	if bg != nil {
 		bg.stop()
 	}
@@ -243,6 +265,11 @@ func (s *Service) onClusterMessage(ctx context.Context, m ports.ClusterMessage) 
 	}
 	if len(m.Pools) > 0 {
 		s.shared.Kick()
+	}
+	if m.Pauses {
+		if err := s.loadPauses(ctx); err != nil {
+			s.log.Warn("could not reload lane pauses", zap.Error(err))
+		}
 	}
 }
 
@@ -428,7 +455,7 @@ func (s *Service) Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	if j.Status == domain.StatusQueued && s.d.Executing(id) {
 		j.Status = domain.StatusInFlight // quick attempts are in flight only in memory
 	}
-	if tenantpkg.From(ctx) != "" {
+	if tenantpkg.Scoped(ctx) != "" {
 		j = j.Display() // as the tenant named it
 	}
 	return j, nil

@@ -146,6 +146,9 @@ type ClusterMessage struct {
 	Work []WorkNotice
 	// Pools names pools whose membership changed.
 	Pools []string
+	// Pauses says an operator paused or resumed a lane: every instance
+	// reloads the pauses from the store (OperatorStore.LanePauses).
+	Pauses bool
 }
 
 // WorkNotice is ready work in a store lane.

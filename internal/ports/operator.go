@@ -54,10 +54,13 @@ type OperatorStore interface {
 	// each listed job whose stored status is queued as failed with reason
 	// "canceled" (as Finish does, making its delivery due in the item's
 	// DeliverIn). Jobs gone or in another state are left alone. p.Op, the
-	// operation's new state, is saved in the same transaction, but only if
-	// the stored operation's Processed still equals p.PrevProcessed:
-	// otherwise nothing is written and it returns ErrOperationConflict (two
-	// runners of one operation; the loser stops). It returns the ids of the
+	// operation's new state, is saved in the same transaction — with
+	// Changed increased by the number of jobs the batch changed and Skipped
+	// by the number of items it left alone, so the counts commit with the
+	// changes — but only if the stored operation's Processed still equals
+	// p.PrevProcessed: otherwise nothing is written and it returns
+	// ErrOperationConflict (two runners of one operation; the loser stops).
+	// ErrNotFound if the operation is not stored. It returns the ids of the
 	// jobs it changed.
 	RunBatch(ctx context.Context, p *RunBatchParams) ([]domain.JobID, error)
 

@@ -45,6 +45,7 @@ type outcome struct {
 	member   string         // the pool member the attempt went to ("" for a URL)
 	deferTo  time.Time      // a 429 asked to wait until then
 	probe    bool           // the attempt was the lane's outage probe
+	reason   string         // why a failed attempt failed (the lane's last error)
 }
 
 // metricOutcome names an attempt's outcome for Metrics.Dispatched.
@@ -80,6 +81,9 @@ func (ar attemptResult) status() int { return ar.result.ResponseStatus }
 func (o *outcome) report(ar attemptResult) *outcome {
 	o.status, o.signals, o.observed = ar.status(), ar.signals, ar.observed
 	o.failed = !ar.observed || ar.status() >= 500
+	if o.failed {
+		o.reason = ar.result.Reason
+	}
 	return o
 }
 
@@ -119,7 +123,7 @@ func (d *Dispatcher) startAttempt(l *lane, queue domain.QueueKey, j *domain.Job,
 			if target == "" {
 				target = j.URL
 			}
-			o = d.dispatchAttempt(l.outage, j, flowRate, target, probe)
+			o = d.dispatchAttempt(l.outage, j, flowRate, target, member, probe)
 			d.EndDispatch(j.ID)
 		} else {
 			o = d.deliverAttempt(l.outage, j, flowRate, probe)
@@ -157,7 +161,7 @@ func (d *Dispatcher) startHoldExpiry(l *lane, queue domain.QueueKey, j *domain.J
 
 // dispatchAttempt sends j's request once and records what came of it. A
 // panic anywhere in here fails this job only; the lane keeps going.
-func (d *Dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []string, target string, probe bool) (o *outcome) {
+func (d *Dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []string, target, member string, probe bool) (o *outcome) {
 	n := j.Attempts + 1
 	defer func() {
 		if p := recover(); p != nil {
@@ -176,6 +180,7 @@ func (d *Dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []s
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
 	}
+	j.History = domain.AppendHistory(j.History, attemptRecord(started, d.cfg.Clock.Now(), ar, member))
 	upstream := string(j.Upstream())
 	defer func() {
 		if o != nil && o.kind != outcomeAbandoned { // abandoned: shutdown cut it short; it runs again
@@ -222,6 +227,9 @@ func (d *Dispatcher) requeue(j *domain.Job, phase domain.Phase, attempts, deferr
 	kind outcomeKind, at time.Time) *outcome {
 	p := &ports.RequeueParams{ID: j.ID, Seq: j.Seq, Phase: phase, Attempts: attempts, Deferrals: deferrals,
 		Response: ar.status(), Reason: ar.result.Reason, Now: d.cfg.Clock.Now()}
+	if phase == domain.PhaseDispatch {
+		p.History = j.History
+	}
 	err := persist(d.loopCtx, d.cfg.Clock, d.log, "retry", j.ID, func(ctx context.Context) error {
 		return d.cfg.Store.Requeue(ctx, p)
 	})
@@ -525,6 +533,7 @@ func (d *Dispatcher) CommitFinish(ctx context.Context, j *domain.Job, status dom
 	}
 	readySeq, err := d.cfg.Store.Finish(ctx, &ports.FinishParams{
 		ID: j.ID, Seq: j.Seq, Status: status, Attempts: attempts, Result: res, Now: now, DeliverIn: deliverIn,
+		History: j.History, Retention: d.Retention(status),
 	})
 	if err != nil {
 		return err
@@ -556,7 +565,7 @@ func (d *Dispatcher) finishDelivery(j *domain.Job, delivered bool, attempts int,
 	}
 	p := &ports.FinishDeliveryParams{
 		ID: j.ID, Seq: j.Seq, Delivered: delivered, Attempts: attempts, Response: res.ResponseStatus,
-		Reason: res.Reason, Now: d.cfg.Clock.Now(),
+		Reason: res.Reason, Retention: d.Retention(j.Status), Now: d.cfg.Clock.Now(),
 	}
 	err := persist(d.loopCtx, d.cfg.Clock, d.log, "webhook delivery", j.ID, func(ctx context.Context) error {
 		return d.cfg.Store.FinishDelivery(ctx, p)

@@ -47,6 +47,9 @@ type Config struct {
 	PersistInFlightAfter time.Duration
 	// Outage tunes the lanes' outage circuits.
 	Outage OutageConfig
+	// FailedRetention is how long a failed job (the dead-letter set) is
+	// kept once nothing is left to do for it. Default domain.FailedTTL.
+	FailedRetention time.Duration
 	// Rand returns numbers in [0,1) for jitter; default math/rand/v2.
 	Rand func() float64
 }

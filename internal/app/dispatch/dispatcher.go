@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -53,7 +54,11 @@ type Dispatcher struct {
 	// such a job still in a lane's memory (or in a store read that started
 	// before the cancellation committed) is dropped instead of run. Entries
 	// are pruned once no such copy can remain (cancelHold).
-	canceled map[domain.JobID]time.Time
+	canceled map[domain.JobID]cancelMark
+
+	// pauses holds the destinations an operator paused (SetPauses); nil
+	// when none is. Lanes read it before every start, without a lock.
+	pauses atomic.Pointer[map[domain.UpstreamKey]domain.LanePause]
 }
 
 // ErrAlreadyDispatched refuses to cancel a job whose request is being sent.
@@ -63,6 +68,19 @@ var ErrAlreadyDispatched = &domain.Error{Code: domain.CodeConflict, Message: "jo
 // cancellation committed: longer than any store read that could have
 // fetched it before. Lanes drop buffered copies at once (dropCanceled).
 const cancelHold = 2 * time.Minute
+
+// cancelMark is a job's cancellation as lanes check it: since when, and,
+// once an operator retried the job, the ReadySeq of the retry — copies
+// ready under an older ReadySeq are the cancelled ones; the retry's run.
+type cancelMark struct {
+	at       time.Time
+	retrySeq int64 // 0: every copy is cancelled
+}
+
+// covers reports whether the mark cancels j (false for the zero mark).
+func (m cancelMark) covers(j *domain.Job) bool {
+	return !m.at.IsZero() && (m.retrySeq == 0 || j.ReadySeq < m.retrySeq)
+}
 
 // execInfo places a running dispatch attempt in its queue.
 type execInfo struct {
@@ -91,7 +109,7 @@ func New(cfg Config, deps Deps) *Dispatcher {
 		clustered: deps.Owner != nil,
 		lanes:     make(map[domain.UpstreamKey]*lane),
 		executing: make(map[domain.JobID]execInfo),
-		canceled:  make(map[domain.JobID]time.Time),
+		canceled:  make(map[domain.JobID]cancelMark),
 		workers:   newWorkers(cfg.Clock, 30*time.Second),
 	}
 	if d.owner == nil {
@@ -405,7 +423,7 @@ func (d *Dispatcher) Stats() []LaneStats {
 func (d *Dispatcher) BeginDispatch(j *domain.Job) bool {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
-	if _, ok := d.canceled[j.ID]; ok {
+	if d.canceled[j.ID].covers(j) {
 		return false
 	}
 	if _, ok := d.executing[j.ID]; ok {
@@ -423,7 +441,7 @@ func (d *Dispatcher) ClaimCancel(id domain.JobID) error {
 	if _, ok := d.executing[id]; ok {
 		return ErrAlreadyDispatched
 	}
-	d.canceled[id] = d.cfg.Clock.Now()
+	d.canceled[id] = cancelMark{at: d.cfg.Clock.Now()}
 	return nil
 }
 
@@ -442,16 +460,15 @@ func (d *Dispatcher) isCanceled(j *domain.Job) bool {
 	}
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
-	_, ok := d.canceled[j.ID]
-	return ok
+	return d.canceled[j.ID].covers(j)
 }
 
 // PruneCanceled forgets cancellations older than cancelHold.
 func (d *Dispatcher) PruneCanceled(now time.Time) {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
-	for id, at := range d.canceled {
-		if now.Sub(at) > cancelHold {
+	for id, m := range d.canceled {
+		if now.Sub(m.at) > cancelHold {
 			delete(d.canceled, id)
 		}
 	}
@@ -463,6 +480,13 @@ func (d *Dispatcher) FinishCanceled(ctx context.Context, j *domain.Job) error {
 	if err := d.CommitFinish(ctx, j, domain.StatusFailed, j.Attempts, &domain.Result{Reason: domain.ReasonCanceled}); err != nil {
 		return err
 	}
+	d.dropFromLane(ctx, j)
+	return nil
+}
+
+// dropFromLane has j's lane forget any copy of j it holds. If ctx ends
+// first, the lane still drops it when it reaches it (isCanceled).
+func (d *Dispatcher) dropFromLane(ctx context.Context, j *domain.Job) {
 	d.mu.RLock()
 	l := d.lanes[j.Queue.Upstream()]
 	d.mu.RUnlock()
@@ -471,10 +495,8 @@ func (d *Dispatcher) FinishCanceled(ctx context.Context, j *domain.Job) error {
 		case l.drops <- j.ID:
 		case <-l.quit:
 		case <-ctx.Done():
-			// The lane still drops it when it reaches it (isCanceled).
 		}
 	}
-	return nil
 }
 
 // EndDispatch marks j's dispatch attempt as over.

@@ -81,6 +81,14 @@ type lane struct {
 	active    bool
 	next      int // index in order where the next pick starts
 	idleSince time.Time
+	// Why the lane runs at its pace, for operators (LaneDetail): the
+	// signal that last moved the pace below the ceiling and when, the end
+	// of a 503 Retry-After hold, and the last failed attempt.
+	pacedBy     string
+	pacedAt     time.Time
+	heldUntil   time.Time
+	lastError   string
+	lastErrorAt time.Time
 
 	mu       sync.Mutex // guards snapshot
 	snapshot LaneStats
@@ -249,7 +257,9 @@ func (l *lane) run(ctx context.Context) {
 		case o := <-l.seen:
 			l.observeResponse(l.queue(o.queue), o.status, o.signals, clock.Now())
 			if o.status == http.StatusTooManyRequests && o.signals.RetryAfter > 0 {
-				l.queue(o.queue).pause(clock.Now().Add(o.signals.RetryAfter))
+				q := l.queue(o.queue)
+				q.pause(clock.Now().Add(o.signals.RetryAfter))
+				q.pausedBy = domain.SignalRetryAfter
 			}
 		case <-timer.C():
 		}
@@ -355,6 +365,9 @@ func (l *lane) fetched(f *fetchResult, now time.Time) {
 // queues in turn. It returns how long until the limiter allows the next start
 // (0 if not waiting on the limiter).
 func (l *lane) dispatchReady(now time.Time) time.Duration {
+	if l.d.isPaused(l.upstream) {
+		return 0 // an operator paused the destination; Resume wakes the lane
+	}
 	if fresh, retryIn := l.d.owner.Fresh(now); !fresh {
 		// The lease may be running out (renewals are late): start nothing
 		// another process could be about to start too.
@@ -504,6 +517,9 @@ func (l *lane) complete(o *outcome, now time.Time) {
 		}
 		return
 	}
+	if o.failed && o.reason != "" {
+		l.lastError, l.lastErrorAt = o.reason, now
+	}
 	if o.probe {
 		l.outage.probeEnded(now) // no-op unless the probe reported nothing either way
 	}
@@ -515,6 +531,10 @@ func (l *lane) complete(o *outcome, now time.Time) {
 		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt}) // back at the front once due; held by the circuit
 	case outcomeDeferred:
 		q.pause(o.retryAt) // nothing else from this queue overtakes it
+		q.pausedBy = domain.SignalRetryAfter
+		if o.signals.RetryAfter <= 0 && o.signals.ResetIn > 0 {
+			q.pausedBy = domain.SignalRateLimit
+		}
 		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
 	case outcomeRetry:
 		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
@@ -553,13 +573,16 @@ func (l *lane) observeResponse(q *queue, status int, sig pacing.Signals, now tim
 		l.limiter.SetRate(l.pace.RPS())
 		l.gate.SetLimit(l.pace.MaxConcurrent())
 		l.setRate(l.pace.RPS())
+		l.pacedBy, l.pacedAt = loadSignal(sig), now
 		l.log.Debug("pace changed", zap.Float64("rps", l.pace.RPS()), zap.Int("max_concurrent", l.pace.MaxConcurrent()))
 	}
 	if sig.ResetIn > 0 {
 		q.pause(now.Add(sig.ResetIn))
+		q.pausedBy = domain.SignalRateLimit
 	}
 	if status == http.StatusServiceUnavailable && sig.RetryAfter > 0 {
 		l.limiter.Delay(now.Add(sig.RetryAfter))
+		l.heldUntil = maxTime(l.heldUntil, now.Add(sig.RetryAfter))
 	}
 }
 
@@ -690,6 +713,7 @@ type queue struct {
 	pendingFloor int64
 	fetchAt      time.Time
 	pausedUntil  time.Time // the destination asked this queue to wait
+	pausedBy     string    // the signal that asked it (domain.Signal*)
 	running      int
 	// A capped tenant's queue (its own pace inside the lane's budget):
 	// limiter nil otherwise.

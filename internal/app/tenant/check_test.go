@@ -74,3 +74,27 @@ func TestCheckReportsEveryProblem(t *testing.T) {
 		t.Errorf("%d problems, want 10 (one per bad tenant):\n%s", len(got), all)
 	}
 }
+
+// TestRoles: "admin" is the one role a tenant may have; an admin in the
+// context is an operator (sees every tenant), a tenant is scoped to itself,
+// and no tenant at all (open mode) is an operator.
+func TestRoles(t *testing.T) {
+	t.Parallel()
+	if ps := tenant.Check([]tenant.Tenant{{Name: "ops", Role: tenant.RoleAdmin}, {Name: "t"}}); len(ps) != 0 {
+		t.Fatalf("problems: %+v", ps)
+	}
+	ps := tenant.Check([]tenant.Tenant{{Name: "x", Role: "root"}})
+	if len(ps) != 1 || ps[0].Field != "Role" || !strings.Contains(ps[0].Reason, `"admin"`) {
+		t.Fatalf("problems for role root = %+v", ps)
+	}
+	ctx := t.Context()
+	if !tenant.Operator(ctx) || tenant.Scoped(ctx) != "" {
+		t.Fatal("open mode is not an operator")
+	}
+	if c := tenant.With(ctx, "t"); tenant.Operator(c) || tenant.Scoped(c) != "t" {
+		t.Fatal("a tenant is an operator")
+	}
+	if c := tenant.WithAdmin(ctx, "ops"); !tenant.Operator(c) || tenant.Scoped(c) != "" || tenant.From(c) != "ops" {
+		t.Fatal("an admin is not an operator submitting as itself")
+	}
+}

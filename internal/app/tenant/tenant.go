@@ -48,7 +48,15 @@ type Tenant struct {
 	// Webhooks v1) instead of the global ones; none: the global ones.
 	// Each is checked where it is given (Secret.Check); Check does not.
 	WebhookSecrets []l8.Secret
+	// Role is RoleAdmin for an operator's key, which sees and acts on
+	// every tenant's jobs and may pause lanes; "" for a tenant that sees
+	// only its own jobs. An admin's own submissions are scoped to its name
+	// like any tenant's.
+	Role string
 }
+
+// RoleAdmin is the Role of an operator's key.
+const RoleAdmin = "admin"
 
 // Problem is one thing wrong with one tenant of a list: the tenant's index,
 // the field (its Go name: "Name", "KeySHA256", "MaxQueued", "Rates",
@@ -101,15 +109,27 @@ func Check(ts []Tenant) []Problem {
 		if err := t.Destinations.Validate(); err != nil {
 			add("Destinations", "are invalid: %v", err)
 		}
+		if t.Role != "" && t.Role != RoleAdmin {
+			add("Role", "must be %q or empty (a tenant that sees only its own jobs), not %q", RoleAdmin, t.Role)
+		}
 	}
 	return out
 }
 
 type contextKey struct{}
 
+type adminKey struct{}
+
 // With returns ctx carrying the authenticated tenant's name.
 func With(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, contextKey{}, name)
+}
+
+// WithAdmin returns ctx carrying an authenticated admin (Role RoleAdmin)
+// named name: it submits as that tenant, and sees and acts on every
+// tenant's jobs.
+func WithAdmin(ctx context.Context, name string) context.Context {
+	return context.WithValue(With(ctx, name), adminKey{}, true)
 }
 
 // From returns the tenant in ctx ("" when none: open mode, or an
@@ -117,6 +137,23 @@ func With(ctx context.Context, name string) context.Context {
 func From(ctx context.Context) string {
 	t, _ := ctx.Value(contextKey{}).(string)
 	return t
+}
+
+// Operator reports whether the caller in ctx may see and act on every
+// tenant's jobs and pause lanes: an admin, or a caller with no tenant (open
+// mode, or an operator's own channel).
+func Operator(ctx context.Context) bool {
+	admin, _ := ctx.Value(adminKey{}).(bool)
+	return admin || From(ctx) == ""
+}
+
+// Scoped returns the tenant whose jobs alone the caller in ctx sees: its
+// own, or "" for an operator (every tenant's).
+func Scoped(ctx context.Context) string {
+	if Operator(ctx) {
+		return ""
+	}
+	return From(ctx)
 }
 
 // Registry holds the configured tenants and their quota counts. A nil
@@ -278,7 +315,7 @@ func ScopeRequest(tenant string, req *domain.JobRequest) {
 // its own jobs (others are "not found", not "forbidden", so ids cannot be
 // probed).
 func Visible(ctx context.Context, j *domain.Job) bool {
-	t := From(ctx)
+	t := Scoped(ctx)
 	return t == "" || domain.TenantOfJob(j) == t
 }
 

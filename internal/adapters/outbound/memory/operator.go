@@ -162,7 +162,10 @@ func (s *Store) RunBatch(_ context.Context, p *ports.RunBatchParams) ([]domain.J
 		}
 		changed = append(changed, j.ID)
 	}
-	s.ops[p.Op.ID] = cloneOp(p.Op)
+	saved := cloneOp(p.Op)
+	saved.Changed += int64(len(changed))
+	saved.Skipped += int64(len(p.Items) - len(changed))
+	s.ops[p.Op.ID] = saved
 	return changed, nil
 }
 

@@ -26,6 +26,7 @@ type healthCollector struct {
 	laneRate, laneMaxConc, laneCeil           *prometheus.Desc
 	laneCeilConc, laneInFlight, laneBuffered  *prometheus.Desc
 	laneQueues, lanePaused, laneCircuit       *prometheus.Desc
+	laneOperatorPaused                        *prometheus.Desc
 	admEnabled, admRejecting, admMem          *prometheus.Desc
 	admMemLimit, admRetryAfter                *prometheus.Desc
 	storeBytes, storeMaxBytes                 *prometheus.Desc
@@ -60,6 +61,8 @@ func newHealthCollector(health func(context.Context) *app.Health, upstreams *lab
 		lanePaused:   d("lane_paused_queues", "Queues in a lane paused by a 429 or a Retry-After.", "upstream"),
 		laneCircuit: d("lane_circuit_open", "1 while a lane's outage circuit is open or half-open (its destination is down and its work held), else 0.",
 			"upstream"),
+		laneOperatorPaused: d("lane_paused", "1 for each destination an operator paused (POST /lanes/{destination}/pause): its jobs are stored, none dispatched.",
+			"upstream"),
 
 		admEnabled:    d("admission_enabled", "1 when admission control has a limit to enforce."),
 		admRejecting:  d("admission_rejecting", "1 while admission control sheds new jobs (the last check found a limit exceeded)."),
@@ -85,7 +88,7 @@ func newHealthCollector(health func(context.Context) *app.Health, upstreams *lab
 
 func (c *healthCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.storeUp, c.storeWritable, c.storePing, c.jobs, c.lanes, c.laneRate, c.laneMaxConc, c.laneCeil,
-		c.laneCeilConc, c.laneInFlight, c.laneBuffered, c.laneQueues, c.lanePaused, c.laneCircuit, c.admEnabled, c.admRejecting,
+		c.laneCeilConc, c.laneInFlight, c.laneBuffered, c.laneQueues, c.lanePaused, c.laneCircuit, c.laneOperatorPaused, c.admEnabled, c.admRejecting,
 		c.admMem, c.admMemLimit, c.admRetryAfter, c.storeBytes, c.storeMaxBytes, c.poolMembers, c.poolCapacity,
 		c.memberRep, c.memberRPS, c.memberIn, c.memberOff, c.drainState, c.clusterLanes, c.clusterInstances}
 }
@@ -113,6 +116,9 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 	e.gauge(c.jobs, float64(h.Jobs.InFlight), "in_flight")
 	e.gauge(c.jobs, float64(h.Jobs.Deliveries), "webhooks_pending")
 	c.collectLanes(e, h.Lanes)
+	for _, p := range h.PausedLanes {
+		e.gauge(c.laneOperatorPaused, 1, c.upstreams.value(p.Lane))
+	}
 	if a := h.Admission; a != nil {
 		e.gauge(c.admEnabled, b2f(a.Enabled))
 		e.gauge(c.admRejecting, b2f(a.Rejecting))
