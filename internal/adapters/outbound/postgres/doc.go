@@ -287,13 +287,15 @@
 // dispatcher's writes. Operations (aquifer_operations) and lane pauses
 // (aquifer_lane_pauses) are tables every process reads, so a pause holds
 // for every instance and any instance can resume an operation. RunBatch is
-// one statement: a data-modifying CTE updates the operation's row only
-// where processed is still the runner's PrevProcessed, and the job changes
-// are conditioned on that update having happened, so they commit together
-// or not at all. The update's row lock makes two runners of one operation,
-// in one process or two, take turns; under READ COMMITTED the second
-// re-reads the committed row, finds processed moved on, updates nothing and
-// gets ports.ErrOperationConflict. Retried and cancelled jobs get a new
+// one statement of data-modifying CTEs: the first locks the operation's row
+// (SELECT ... FOR UPDATE) only where processed is still the runner's
+// PrevProcessed; the job changes and the update of the operation (its
+// changed and skipped counts increased by what the batch did) are
+// conditioned on that row having been selected, so they commit together or
+// not at all. The lock makes two runners of one operation, in one process
+// or two, take turns; under READ COMMITTED the second re-reads the
+// committed row, finds processed moved on, changes nothing and gets
+// ports.ErrOperationConflict. Retried and cancelled jobs get a new
 // ready_seq and are owned by the process that changed them, as after
 // Finish.
 //

@@ -189,11 +189,14 @@ func TestOperatorStateSurvivesReopen(t *testing.T) {
 	}
 	// The operation resumes where it stood: its next batch commits.
 	next := *ops[0]
-	next.Processed, next.Changed, next.State = 1, 1, domain.OpCompleted
+	next.Processed, next.State = 1, domain.OpCompleted
 	changed, err := r.RunBatch(t.Context(), &ports.RunBatchParams{Op: &next, PrevProcessed: 0,
 		Items: []ports.BatchItem{{ID: j.ID, Seq: j.Seq}}, Now: time.Now()})
 	if err != nil || !slices.Equal(changed, []domain.JobID{j.ID}) {
 		t.Fatalf("resumed batch changed %v, %v", changed, err)
+	}
+	if got := storedOp(t, peer, op.ID); got.State != domain.OpCompleted || got.Processed != 1 || got.Changed != 1 {
+		t.Fatalf("a peer reads the operation as %+v", got)
 	}
 	if err := peer.ResumeLane(t.Context(), pause.Upstream); err != nil {
 		t.Fatal(err)
@@ -245,7 +248,7 @@ func TestRunBatchIsAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := *op
-	next.Processed, next.Changed = 6, 6
+	next.Processed = 6 // the store adds the batch's changed and skipped counts
 	for _, fault := range []struct{ table, cond string }{
 		{"jobs", "NEW.id = '" + string(jobs[3].ID) + "'"}, // the fourth job of the batch fails
 		{"aquifer_operations", "true"},                    // the progress fails

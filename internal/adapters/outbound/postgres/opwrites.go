@@ -64,24 +64,31 @@ func (s *Store) queueRetry(b *pgx.Batch, p *ports.RetryParams, r *storekit.Resul
 	})
 }
 
-// sqlBatchOp is the first part of a RunBatch statement: the compare-and-set
-// of the operation's progress. It updates the operation's row only if its
-// processed count is still the one the runner last saw ($13). The row lock
-// it takes makes concurrent runners of one operation, in this process or
-// another, wait for each other; under READ COMMITTED the one that waited
-// re-checks processed on the committed row, finds it moved on and updates
-// nothing. The job changes that follow are conditioned on this update
-// (EXISTS (SELECT 1 FROM op)), so they happen in the same statement, hence
-// transaction, or not at all.
-const sqlBatchOp = `WITH op AS (
-	UPDATE aquifer_operations SET kind = $2, state = $3, filter = $4, cursor = $5, total = $6, processed = $7,
-		changed = $8, skipped = $9, error = $10, created_at = $11, updated_at = $12
-	WHERE id = $1 AND processed = $13
-	RETURNING id)`
+// A RunBatch is one statement of three data-modifying parts, so that the
+// job changes and the operation's progress commit together or not at all:
+//
+//   - cas locks the operation's row if its processed count is still the one
+//     the runner last saw ($13). The lock makes concurrent runners of one
+//     operation, in this process or another, wait for each other; under
+//     READ COMMITTED the one that waited re-checks processed on the
+//     committed row, finds it moved on and selects nothing.
+//   - changed acts on the batch's jobs, only if cas selected the row.
+//   - op saves the operation's new state (sqlBatchOp), its changed and
+//     skipped counts increased by what changed did, only if cas selected
+//     the row.
+//
+// The statement returns whether op saved, whether the operation exists,
+// and the jobs changed.
+const sqlBatchCAS = `WITH cas AS (
+	SELECT id FROM aquifer_operations WHERE id = $1 AND processed = $13 FOR UPDATE)`
 
-// sqlBatchResult ends a RunBatch statement: whether the operation was
-// updated, whether it exists, and the jobs changed.
-const sqlBatchResult = `
+// sqlBatchOp ends a RunBatch statement ($14 is the number of items).
+const sqlBatchOp = `, op AS (
+	UPDATE aquifer_operations SET kind = $2, state = $3, filter = $4, cursor = $5, total = $6, processed = $7,
+		changed = $8::bigint + (SELECT count(*) FROM changed), skipped = $9::bigint + $14::bigint - (SELECT count(*) FROM changed),
+		error = $10, created_at = $11, updated_at = $12
+	WHERE id IN (SELECT id FROM cas)
+	RETURNING id)
 SELECT EXISTS (SELECT 1 FROM op), EXISTS (SELECT 1 FROM aquifer_operations WHERE id = $1), ARRAY (SELECT id FROM changed)`
 
 // queueRunBatch adds one batch of a bulk operation: its job changes and its
@@ -94,39 +101,41 @@ func (s *Store) queueRunBatch(b *pgx.Batch, p *ports.RunBatchParams, r *storekit
 		return
 	}
 	args := []any{op.ID, string(op.Kind), string(op.State), filter, op.Cursor, op.Total, op.Processed,
-		op.Changed, op.Skipped, text(op.Error), storekit.Millis(op.CreatedAt), storekit.Millis(op.UpdatedAt), p.PrevProcessed}
+		op.Changed, op.Skipped, text(op.Error), storekit.Millis(op.CreatedAt), storekit.Millis(op.UpdatedAt), p.PrevProcessed,
+		int64(len(p.Items))}
 	now := storekit.Millis(p.Now)
 	ids, lanes := make([]string, len(p.Items)), make([]string, len(p.Items))
 	for i, it := range p.Items {
 		ids[i], lanes[i] = string(it.ID), string(it.DeliverIn)
 	}
-	var sql string
+	var changed string
 	switch op.Kind {
 	case domain.OpKindRetry:
-		sql = sqlBatchOp + `, changed AS (
-	UPDATE jobs SET ` + retrySet("$14", "$15", "$16") + `
-	WHERE id = ANY ($17::text[]) AND EXISTS (SELECT 1 FROM op) AND ` + retryableRow("$14") + `
-	RETURNING id)` + sqlBatchResult
+		changed = `, changed AS (
+	UPDATE jobs SET ` + retrySet("$15", "$16", "$17") + `
+	WHERE id = ANY ($18::text[]) AND EXISTS (SELECT 1 FROM cas) AND ` + retryableRow("$15") + `
+	RETURNING id)`
 		args = append(args, now, storekit.Millis(p.Now.Add(domain.QueuedTTL)), s.opts.Owner, ids)
 	case domain.OpKindCancel:
 		// As Finish of a queued job as failed with reason "canceled": its
 		// delivery, when it has a webhook, becomes due in the item's lane.
 		ttl := domain.RetentionTTL(domain.StatusFailed, p.Retention)
-		sql = sqlBatchOp + `, changed AS (
-	UPDATE jobs j SET status = 'failed', updated_at = $14,
-		expires_at = CASE WHEN v.deliver_in <> '' THEN $15::bigint ELSE $16::bigint END,
+		changed = `, changed AS (
+	UPDATE jobs j SET status = 'failed', updated_at = $15,
+		expires_at = CASE WHEN v.deliver_in <> '' THEN $16::bigint ELSE $17::bigint END,
 		response_status = 0, response_body = NULL, response_truncated = false, response_content_type = '',
-		reason = $17, ready_lane = v.deliver_in,
+		reason = $18, ready_lane = v.deliver_in,
 		ready_seq = CASE WHEN v.deliver_in <> '' THEN nextval('jobs_seq') ELSE 0 END,
-		delivery_status = CASE WHEN v.deliver_in <> '' THEN 'pending' ELSE '' END, deferrals = 0, owner = $18
-	FROM unnest($19::text[], $20::text[]) AS v(id, deliver_in)
-	WHERE j.id = v.id AND EXISTS (SELECT 1 FROM op) AND j.status = 'queued' AND j.expires_at > $14
-	RETURNING j.id)` + sqlBatchResult
+		delivery_status = CASE WHEN v.deliver_in <> '' THEN 'pending' ELSE '' END, deferrals = 0, owner = $19
+	FROM unnest($20::text[], $21::text[]) AS v(id, deliver_in)
+	WHERE j.id = v.id AND EXISTS (SELECT 1 FROM cas) AND j.status = 'queued' AND j.expires_at > $15
+	RETURNING j.id)`
 		args = append(args, now, storekit.Millis(p.Now.Add(max(ttl, domain.QueuedTTL))), storekit.Millis(p.Now.Add(ttl)),
 			domain.ReasonCanceled, s.opts.Owner, ids, lanes)
 	default: // a kind this store does not know acts on no job; its progress is still saved
-		sql = sqlBatchOp + `, changed AS (SELECT ''::text AS id WHERE false)` + sqlBatchResult
+		changed = `, changed AS (SELECT ''::text AS id WHERE false)`
 	}
+	sql := sqlBatchCAS + changed + sqlBatchOp
 	b.Queue(sql, args...).QueryRow(func(row pgx.Row) error {
 		var saved, exists bool
 		var changed []string
