@@ -275,8 +275,8 @@
 // predicate reads status). bench_test.go measures it.
 //
 // Reads never block the writer: PostgreSQL's readers take no lock a writer
-// waits for, and operator reads are limited to Options.MaxConns/4 at a time
-// (read), so that slow ones (q, large counts) cannot hold every pooled
+// waits for, and listings and counts are limited to Options.MaxConns/4 at a
+// time (scan), so that slow ones (q, large counts) cannot hold every pooled
 // connection while the writer needs one. Each is bounded by
 // Options.Timeout.
 //

@@ -138,22 +138,29 @@ func countQuery(p *ports.CountJobsParams) (string, []any) {
 	return "SELECT status, count(*) FROM jobs WHERE " + strings.Join(conds, " AND ") + " GROUP BY status", args
 }
 
-// read runs fn as one operator read: bounded by Options.Timeout, and one of
-// at most Options.MaxConns/4 at a time, so that slow listings (a q filter,
-// counts over a large table) never hold every connection of the pool and
-// the writer always finds one.
+// scan runs fn, a read of jobs by filter (ListJobs, CountJobs), as one of
+// at most Options.MaxConns/4 at a time: slow ones (a q filter, counts over
+// a large table) never hold every connection of the pool, so the writer
+// and the dispatcher's reads always find one.
+func (s *Store) scan(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	return s.read(ctx, what, func(ctx context.Context) error {
+		select {
+		case s.reads <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-s.reads }()
+		return fn(ctx)
+	})
+}
+
+// read runs fn, an operator's read, bounded by Options.Timeout.
 func (s *Store) read(ctx context.Context, what string, fn func(ctx context.Context) error) error {
 	if s.isClosed() {
 		return domain.ErrClosed
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	select {
-	case s.reads <- struct{}{}:
-	case <-ctx.Done():
-		return unavailable(what, ctx.Err())
-	}
-	defer func() { <-s.reads }()
 	if err := fn(ctx); err != nil {
 		var de *domain.Error
 		if errors.As(err, &de) {
@@ -171,7 +178,7 @@ func (s *Store) ListJobs(ctx context.Context, p *ports.ListJobsParams) ([]*domai
 		return nil, nil
 	}
 	var jobs []*domain.Job
-	err := s.read(ctx, "list jobs", func(ctx context.Context) error {
+	err := s.scan(ctx, "list jobs", func(ctx context.Context) error {
 		rows, err := s.pool.Query(ctx, sql, args...)
 		if err == nil {
 			jobs, err = collect(rows)
@@ -185,7 +192,7 @@ func (s *Store) ListJobs(ctx context.Context, p *ports.ListJobsParams) ([]*domai
 func (s *Store) CountJobs(ctx context.Context, p *ports.CountJobsParams) (map[domain.Status]int64, error) {
 	sql, args := countQuery(p)
 	out := map[domain.Status]int64{}
-	err := s.read(ctx, "count jobs", func(ctx context.Context) error {
+	err := s.scan(ctx, "count jobs", func(ctx context.Context) error {
 		rows, err := s.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err

@@ -432,3 +432,44 @@ func TestMigrationFromVersion2(t *testing.T) {
 		t.Fatalf("retry of a job written by version 2: %v", err)
 	}
 }
+
+// TestListingsLeaveTheWriterItsConnections: listings and counts take at
+// most a quarter of the pool; while that many are running (here: the one
+// slot of a pool of 4 is taken, and a long read transaction holds a
+// snapshot of jobs), the writer still commits, and a further listing waits
+// only within its bound, failing as unavailable.
+func TestListingsLeaveTheWriterItsConnections(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	s := openStore(t, schema, "a:1", func(o *Options) { o.MaxConns = 4 })
+	if cap(s.reads) != 1 {
+		t.Fatalf("%d listing slots for a pool of 4, want 1", cap(s.reads))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	tx, err := admin(t).BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "jobs"}.Sanitize()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	s.reads <- struct{}{} // a listing in progress
+	for i := range 20 {
+		j := insertJob(t, s, storetest.NewJob("u", fmt.Sprint("w", i), "http://a.test:80"))
+		failJob(t, s, j, "x", nil)
+	}
+	lctx, lcancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	_, err = s.ListJobs(lctx, &ports.ListJobsParams{Limit: 10, Now: time.Now()})
+	lcancel()
+	if domain.CodeOf(err) != domain.CodeUnavailable {
+		t.Fatalf("a listing beyond the limit = %v, want unavailable once its context ends", err)
+	}
+	<-s.reads
+	page, err := s.ListJobs(t.Context(), &ports.ListJobsParams{Filter: domain.JobFilter{Statuses: []domain.Status{domain.StatusFailed}}, Limit: 50, Now: time.Now()})
+	if err != nil || len(page) != 20 {
+		t.Fatalf("listing after the slot freed: %d jobs, %v", len(page), err)
+	}
+}

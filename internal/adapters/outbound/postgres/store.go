@@ -38,9 +38,9 @@ type Options struct {
 	// their lane (RecoverLane), so keep it close to the lane lease TTL the
 	// app uses. Default 30s.
 	Lease time.Duration
-	// MaxConns caps the connection pool; default 8. Operators' reads
-	// (ListJobs, CountJobs, ...) use at most a quarter of it at a time, so
-	// the writer always finds a connection.
+	// MaxConns caps the connection pool; default 8. Operators' listings and
+	// counts (ListJobs, CountJobs) use at most a quarter of it at a time,
+	// so the writer always finds a connection.
 	MaxConns int32
 	// MaxBatch caps how many operations share one transaction; default 1024.
 	MaxBatch int
@@ -111,7 +111,7 @@ type Store struct {
 	closeOnce          sync.Once
 
 	storekit.OperatorWrites               // Retry, SaveOperation, RunBatch, PauseLane, ResumeLane
-	reads                   chan struct{} // operator reads in progress (see read)
+	reads                   chan struct{} // listings and counts in progress (see scan)
 
 	renewOnce sync.Once
 	renewStop chan struct{}
