@@ -188,9 +188,15 @@
 // Four B-tree indexes serve the listings (migration 4):
 //
 //	jobs_list          (status, seq)
-//	jobs_list_upstream (upstream, status, seq) INCLUDE (expires_at)
-//	jobs_list_user     (user_id, status, seq) INCLUDE (expires_at)
-//	jobs_list_tenant   (tenant, status, seq) INCLUDE (expires_at) WHERE tenant <> ''
+//	jobs_list_upstream (upstream, status, seq) INCLUDE (expires_at) WHERE status <> 'in_flight'
+//	jobs_list_user     (user_id, status, seq) INCLUDE (expires_at) WHERE status <> 'in_flight'
+//	jobs_list_tenant   (tenant, status, seq) INCLUDE (expires_at) WHERE tenant <> '' AND status <> 'in_flight'
+//
+// The filtered indexes leave out in-flight jobs, so that marking a job in
+// flight, once per attempt, adds one index entry rather than four; in-flight
+// jobs are few (the lanes' concurrency), and a listing's in_flight branch
+// reads them through jobs_list's in_flight range, newest first, testing the
+// filter on each.
 //
 // A listing is one branch per status the filter lets through (all four
 // when it names none; only terminal ones with a response_status filter),
@@ -247,8 +253,9 @@
 // 50,000 failed ones, took 40 ms, and a q that matches nothing reads the
 // whole range.
 //
-// CountJobs is SELECT status, count(*) FROM jobs WHERE <filter> GROUP BY
-// status (the filter's statuses play no part in counts). With a
+// CountJobs is SELECT status, count(*) FROM jobs WHERE status <> 'in_flight'
+// AND <filter> GROUP BY status, with the in-flight jobs that match counted
+// apart (UNION ALL); the filter's statuses play no part in counts. With a
 // destination, user or tenant it is an index-only scan of that range (the
 // index holds status and expires_at; heap fetches only for pages autovacuum
 // has not marked all-visible):

@@ -128,14 +128,17 @@ func listQuery(p *ports.ListJobsParams) (string, []any) {
 
 // countQuery builds CountJobs' statement: the matching jobs per status,
 // read from the narrowest listing index, whose entries hold everything the
-// common filters need (an index-only scan).
+// common filters need (an index-only scan). Those indexes leave out
+// in-flight jobs, so these are counted apart, among the few in flight.
 func countQuery(p *ports.CountJobsParams) (string, []any) {
 	var args sqlArgs
 	conds := filterConds(&p.Filter, p.Now, &args)
-	if p.Filter.ResponseStatus != 0 {
-		conds = append(conds, terminal)
+	where := strings.Join(conds, " AND ")
+	if p.Filter.ResponseStatus != 0 { // only jobs with a result have a response status
+		return "SELECT status, count(*) FROM jobs WHERE " + terminal + " AND " + where + " GROUP BY status", args
 	}
-	return "SELECT status, count(*) FROM jobs WHERE " + strings.Join(conds, " AND ") + " GROUP BY status", args
+	return "SELECT status, count(*) FROM jobs WHERE status <> 'in_flight' AND " + where + " GROUP BY status" +
+		" UNION ALL SELECT 'in_flight', count(*) FROM jobs WHERE status = 'in_flight' AND " + where + " HAVING count(*) > 0", args
 }
 
 // scan runs fn, a read of jobs by filter (ListJobs, CountJobs), as one of

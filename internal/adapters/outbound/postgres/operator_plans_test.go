@@ -16,8 +16,9 @@ import (
 
 // seedListing fills the jobs table of schema with n jobs of the shape a
 // long-running store has: most finished (80% completed, 5% failed), 14%
-// queued, 1% in flight; 199 destinations, 997 users, a fifth of the jobs
-// belonging to one of 7 API-key tenants (in tenant queues), each spread
+// queued, 1% in flight (more than the lanes' concurrency would allow at
+// once, unless the table is small); 199 destinations, 997 users, 2 jobs in
+// 11 belonging to one of 7 API-key tenants (in tenant queues), each spread
 // evenly over the others (coprime moduli). Seq and creation time grow
 // together. It writes SQL directly (the store's
 // inserts would take minutes for a million jobs), filling the derived
@@ -34,7 +35,7 @@ func seedListing(tb testing.TB, schema string, n int) {
 		CASE WHEN st.status IN ('queued', 'in_flight') THEN l.lane ELSE '' END, g, 'p' || (g % 3),
 		t.tenant, 'http://up' || (g % 199) || '.test:80', '/v1/items/' || g
 	FROM generate_series(1, $1::int) g,
-	LATERAL (SELECT CASE WHEN g % 5 = 0 THEN 't' || (g % 7) ELSE '' END AS tenant) t,
+	LATERAL (SELECT CASE WHEN g % 11 < 2 THEN 't' || (g % 7) ELSE '' END AS tenant) t,
 	LATERAL (SELECT CASE WHEN t.tenant <> '' THEN t.tenant || E'\x1f' ELSE '' END || 'u' || (g % 997) AS user_id) u,
 	LATERAL (SELECT 'http://up' || (g % 199) || '.test:80' ||
 		CASE WHEN t.tenant <> '' THEN '|' || md5(t.tenant) ELSE '' END AS lane) l,
@@ -105,8 +106,10 @@ func TestOperatorQueriesUseIndexes(t *testing.T) {
 				t.Errorf("ListJobs %s (%s) scans jobs sequentially", c.name, mode)
 			}
 			// A page of 100 jobs costs about 100 heap pages and a few index
-			// pages per status; a scan of a range would cost thousands.
-			if blocks := root.SharedHit + root.SharedRead; blocks > 600 {
+			// pages per status; a scan of a range would cost thousands. The
+			// in-flight jobs, which the filtered indexes leave out, may all
+			// be read (a heap page each).
+			if blocks := root.SharedHit + root.SharedRead; blocks > 600+rows/100 {
 				t.Errorf("ListJobs %s (%s) read %d blocks for one page", c.name, mode, blocks)
 			}
 		}

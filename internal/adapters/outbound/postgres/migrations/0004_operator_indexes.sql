@@ -15,11 +15,18 @@
 -- Every index costs each job write that changes an indexed column. The
 -- writes that change status (mark in flight, requeue, finish, retry) were
 -- not HOT updates already (jobs_in_flight's predicate reads status), so
--- these add an entry per index to each of them and to each insert; the
--- tenant index is partial and costs nothing where API-key tenants are not
--- used.
+-- each adds an entry to every index whose predicate the new row version
+-- satisfies, and so does each insert. Hence the predicates: the tenant
+-- index costs nothing where API-key tenants are not used, and the
+-- destination, user and tenant indexes leave out in-flight jobs, so that
+-- marking a job in flight (once per attempt) adds one entry (jobs_list),
+-- not four. In-flight jobs are few (the lanes' concurrency): listings and
+-- counts find them through jobs_list's in_flight range, or jobs_in_flight.
 
 CREATE INDEX jobs_list ON jobs (status, seq);
-CREATE INDEX jobs_list_upstream ON jobs (upstream, status, seq) INCLUDE (expires_at);
-CREATE INDEX jobs_list_user ON jobs (user_id, status, seq) INCLUDE (expires_at);
-CREATE INDEX jobs_list_tenant ON jobs (tenant, status, seq) INCLUDE (expires_at) WHERE tenant <> '';
+CREATE INDEX jobs_list_upstream ON jobs (upstream, status, seq) INCLUDE (expires_at)
+    WHERE status <> 'in_flight';
+CREATE INDEX jobs_list_user ON jobs (user_id, status, seq) INCLUDE (expires_at)
+    WHERE status <> 'in_flight';
+CREATE INDEX jobs_list_tenant ON jobs (tenant, status, seq) INCLUDE (expires_at)
+    WHERE tenant <> '' AND status <> 'in_flight';
