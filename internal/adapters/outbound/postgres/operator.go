@@ -126,16 +126,20 @@ func listQuery(p *ports.ListJobsParams) (string, []any) {
 	return "SELECT " + jobColumns + " FROM ((" + strings.Join(branches, ") UNION ALL (") + ")) AS b ORDER BY seq DESC LIMIT " + limit, args
 }
 
-// countQuery builds CountJobs' statement: the matching jobs per status,
-// read from the narrowest listing index, whose entries hold everything the
-// common filters need (an index-only scan). Those indexes leave out
-// in-flight jobs, so these are counted apart, among the few in flight.
+// countQuery builds CountJobs' statement: the matching jobs per status.
+// With a destination, user or tenant it reads the filter's listing index,
+// whose entries hold everything the common filters need (an index-only
+// scan); those indexes leave out in-flight jobs, which are counted apart,
+// among the few in flight.
 func countQuery(p *ports.CountJobsParams) (string, []any) {
 	var args sqlArgs
-	conds := filterConds(&p.Filter, p.Now, &args)
-	where := strings.Join(conds, " AND ")
-	if p.Filter.ResponseStatus != 0 { // only jobs with a result have a response status
+	f := &p.Filter
+	where := strings.Join(filterConds(f, p.Now, &args), " AND ")
+	switch {
+	case f.ResponseStatus != 0: // only jobs with a result have a response status
 		return "SELECT status, count(*) FROM jobs WHERE " + terminal + " AND " + where + " GROUP BY status", args
+	case f.Tenant == "" && f.UserID == "" && f.Destination == "":
+		return "SELECT status, count(*) FROM jobs WHERE " + where + " GROUP BY status", args
 	}
 	return "SELECT status, count(*) FROM jobs WHERE status <> 'in_flight' AND " + where + " GROUP BY status" +
 		" UNION ALL SELECT 'in_flight', count(*) FROM jobs WHERE status = 'in_flight' AND " + where + " HAVING count(*) > 0", args
