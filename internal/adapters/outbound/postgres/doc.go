@@ -299,8 +299,8 @@
 // status (those were not HOT updates anyway: jobs_in_flight's predicate
 // reads status), but marking a job in flight adds one, to jobs_list. In
 // WAL, 1,000 inserts went from 4,056 records (715 kB) to 7,075 (1,000 kB),
-// 1,000 marks in flight from 5,924 records to 7,026 (8,968 had the indexes
-// kept in-flight jobs). bench_test.go measures the time.
+// 1,000 marks in flight from 5,924 records to 7,026 (8,968 if those three
+// indexes kept in-flight jobs). bench_test.go measures the time.
 //
 // Reads never block the writer: PostgreSQL's readers take no lock a writer
 // waits for, and listings and counts are limited to Options.MaxConns/4 at a
