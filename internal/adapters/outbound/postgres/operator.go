@@ -38,8 +38,8 @@ func (a *sqlArgs) add(v any) string {
 // filterConds returns the SQL conditions that select the unexpired jobs
 // matching every filter of f but its statuses, exactly as
 // domain.JobFilter.MatchesIgnoringStatus does, adding their parameters to
-// args. Each equality is on a column one of the listing indexes leads with,
-// so the planner can start from the narrowest.
+// args. The tenant, user and destination equalities are on the columns the
+// listing indexes lead with, so the planner can start from the narrowest.
 func filterConds(f *domain.JobFilter, now time.Time, args *sqlArgs) []string {
 	conds := []string{"expires_at > " + args.add(storekit.Millis(now))}
 	if f.Tenant != "" {
