@@ -47,7 +47,7 @@ func (o OperatorWrites) RunBatch(ctx context.Context, p *ports.RunBatchParams) (
 
 // PauseLane implements ports.OperatorStore.
 func (o OperatorWrites) PauseLane(ctx context.Context, p domain.LanePause) error {
-	return o.w.Submit(ctx, &Op{Kind: OpPauseLane, At: p.At, Pause: &p}).Err
+	return o.w.Submit(ctx, &Op{Kind: OpPauseLane, Upstream: p.Upstream, At: p.At, Pause: &p}).Err
 }
 
 // ResumeLane implements ports.OperatorStore.
