@@ -33,11 +33,13 @@ const (
 	OpPurge                      // delete the expired jobs found, if still expired at At
 	OpDeleteFinished             // delete the finished jobs found, if still finished with Seq at most Seq
 	OpProbe                      // a small write to see whether commits succeed (CheckWrites)
-	OpRetry                      // re-queue finished job ID as a new attempt cycle (Retry)
-	OpRunBatch                   // one batch of a bulk operation and its progress (Batch)
-	OpSaveOperation              // store Operation
-	OpPauseLane                  // store Pause
-	OpResumeLane                 // remove the pause of Upstream
+
+	// The operator's writes (ports.OperatorStore; OperatorWrites submits them).
+	OpRetry         // re-queue finished job ID as a new attempt cycle (Retry)
+	OpRunBatch      // one batch of a bulk operation, with its progress (Batch)
+	OpSaveOperation // store Operation, overwriting one with its id
+	OpPauseLane     // store Pause, replacing the upstream's pause
+	OpResumeLane    // remove the pause of Upstream
 )
 
 // Op is one write waiting for the writer.
@@ -48,18 +50,19 @@ type Op struct {
 	// Seq is the job's Seq when the caller knows it (0 if not), for engines
 	// that find a row faster by it; for OpDeleteFinished, the highest Seq
 	// to delete.
-	Seq       int64
-	At        time.Time
-	Requeue   *ports.RequeueParams
-	Finish    *ports.FinishParams
-	Delivery  *ports.FinishDeliveryParams
-	Stale     *ports.ResetStaleParams
-	Retry     *ports.RetryParams
-	Batch     *ports.RunBatchParams
-	Operation *domain.Operation  // OpSaveOperation
-	Pause     *domain.LanePause  // OpPauseLane
-	Upstream  domain.UpstreamKey // OpRecoverLane, OpResumeLane
-	Found                        // OpResetStale, OpPurge, OpDeleteFinished: what a read found
+	Seq      int64
+	At       time.Time
+	Requeue  *ports.RequeueParams
+	Finish   *ports.FinishParams
+	Delivery *ports.FinishDeliveryParams
+	Stale    *ports.ResetStaleParams
+	Upstream domain.UpstreamKey // OpRecoverLane, OpResumeLane
+	Found                       // OpResetStale, OpPurge, OpDeleteFinished: what a read found
+
+	Retry     *ports.RetryParams    // OpRetry
+	Batch     *ports.RunBatchParams // OpRunBatch
+	Operation *domain.Operation     // OpSaveOperation
+	Pause     *domain.LanePause     // OpPauseLane
 
 	done chan Result // nil: nobody waits for the result (Send)
 }

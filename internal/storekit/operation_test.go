@@ -1,65 +1,103 @@
 package storekit
 
 import (
-	"reflect"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-func TestOperationRoundTrip(t *testing.T) {
-	at := time.UnixMilli(1_750_000_000_123)
-	for _, op := range []*domain.Operation{
-		{ID: "op-1", Kind: domain.OpKindRetry, State: domain.OpRunning, Cursor: 1 << 40, Total: 9, Processed: 4, Changed: 3,
-			Skipped: 1, Error: "store unavailable", CreatedAt: at, UpdatedAt: at.Add(time.Second),
-			Filter: domain.JobFilter{Statuses: []domain.Status{domain.StatusFailed, domain.StatusCompleted}, Tenant: "acme",
-				UserID: domain.Scope("acme", "u"), Destination: "https://a.test:443", PoolID: "acme\x1fp",
-				CreatedAfter: at.Add(-time.Hour), CreatedBefore: at, ResponseStatus: 503, Q: "Refused \"quoted\""}},
-		{ID: "op-2", Kind: domain.OpKindCancel, State: domain.OpCompleted},
-	} {
-		b, err := EncodeOperation(op)
-		if err != nil {
-			t.Fatal(err)
+func TestHistoryRoundTrips(t *testing.T) {
+	at := time.UnixMilli(1700000000123)
+	h := []domain.Attempt{
+		{At: at, Duration: 1500 * time.Microsecond, Status: 429, Signal: domain.SignalRetryAfter},
+		{At: at.Add(time.Second), Duration: 3 * time.Second, Error: "dial tcp: \x00 \xff refused"},
+		{At: at.Add(2 * time.Second), Status: 200, Member: "gpu-1", Signal: domain.SignalORCA},
+	}
+	enc, err := EncodeHistory(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeHistory(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(h) {
+		t.Fatalf("decoded %+v", got)
+	}
+	for i := range h {
+		w := h[i]
+		if i == 1 {
+			w.Error = "dial tcp: \x00 \uFFFD refused" // JSON keeps text: invalid UTF-8 becomes U+FFFD
 		}
-		got, err := DecodeOperation(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, op) {
-			t.Fatalf("operation round trip:\n got %+v\nwant %+v", got, op)
-		}
-		fb, err := EncodeFilter(&op.Filter)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f, err := DecodeFilter(fb); err != nil || !reflect.DeepEqual(f, op.Filter) {
-			t.Fatalf("filter round trip = %+v, %v; want %+v", f, err, op.Filter)
+		if g := got[i]; !g.At.Equal(w.At) || g != (domain.Attempt{At: g.At, Duration: w.Duration, Status: w.Status,
+			Error: w.Error, Signal: w.Signal, Member: w.Member}) {
+			t.Fatalf("attempt %d = %+v, want %+v", i, g, w)
 		}
 	}
-	if _, err := DecodeOperation([]byte("{")); err == nil {
-		t.Fatal("a broken operation decoded")
+	for _, empty := range [][]domain.Attempt{nil, {}} {
+		if enc, err := EncodeHistory(empty); err != nil || enc != "" {
+			t.Fatalf("EncodeHistory(%v) = %q, %v", empty, enc, err)
+		}
+	}
+	if h, err := DecodeHistory(""); err != nil || h != nil {
+		t.Fatalf(`DecodeHistory("") = %v, %v`, h, err)
+	}
+	if _, err := DecodeHistory("{"); err == nil {
+		t.Fatal("a damaged history decoded")
 	}
 }
 
-func TestRetriedAndCancel(t *testing.T) {
-	now := time.UnixMilli(1_750_000_000_000)
-	j := &domain.Job{ID: "j", Seq: 7, Queue: "a.test:80", Status: domain.StatusFailed, Attempts: 3, Deferrals: 2,
-		Result: &domain.Result{Reason: "x"}, Delivery: &domain.Delivery{Status: domain.DeliveryFailed},
-		History: []domain.Attempt{{Status: 500}}, ReadySeq: 9}
-	r := Retried(j, 12, now)
-	if r.Status != domain.StatusQueued || r.Attempts != 0 || r.Deferrals != 0 || r.Result != nil || r.Delivery != nil ||
-		r.ReadyQueue != "a.test:80" || r.ReadySeq != 12 || r.Seq != 7 || len(r.History) != 1 ||
-		!r.ExpiresAt.Equal(now.Add(domain.QueuedTTL)) || !r.UpdatedAt.Equal(now) {
-		t.Fatalf("Retried = %+v", r)
+func TestFilterRoundTrips(t *testing.T) {
+	at := time.UnixMilli(1700000000123)
+	for _, f := range []domain.JobFilter{
+		{},
+		{Statuses: []domain.Status{domain.StatusFailed, domain.StatusCompleted}, Tenant: "acme", UserID: domain.Scope("acme", "alice"),
+			Destination: "https://api.test:443", PoolID: "acme\x1fp", CreatedAfter: at, CreatedBefore: at.Add(time.Hour),
+			ResponseStatus: 503, Q: "re\x00fused"},
+	} {
+		enc, err := EncodeFilter(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeFilter(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.CreatedAfter.Equal(f.CreatedAfter) || !got.CreatedBefore.Equal(f.CreatedBefore) {
+			t.Fatalf("times of %+v decoded as %+v", f, got)
+		}
+		got.CreatedAfter, got.CreatedBefore = f.CreatedAfter, f.CreatedBefore
+		if fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", f) {
+			t.Fatalf("decoded %#v\nwant %#v", got, f)
+		}
 	}
-	if j.Status != domain.StatusFailed || j.ReadySeq != 9 {
-		t.Fatal("Retried changed the job it copied")
+}
+
+// TestCreatedBoundsSelectWhatMatchesDoes: for stored (millisecond) creation
+// times around a bound with and without a sub-millisecond part, the integer
+// conditions agree with JobFilter.Matches.
+func TestCreatedBoundsSelectWhatMatchesDoes(t *testing.T) {
+	for _, bound := range []time.Time{time.UnixMilli(1700000000123), time.UnixMilli(1700000000123).Add(400 * time.Microsecond),
+		time.UnixMilli(-5).Add(300 * time.Microsecond)} {
+		f := domain.JobFilter{CreatedAfter: bound, CreatedBefore: bound}
+		after, before := CreatedBounds(&f)
+		for d := int64(-2); d <= 2; d++ {
+			created := bound.UnixMilli() + d
+			j := &domain.Job{CreatedAt: time.UnixMilli(created)}
+			if a := (&domain.JobFilter{CreatedAfter: bound}).Matches(j); a != (created > after) {
+				t.Errorf("bound %v, created %d: Matches after = %v, created > %d = %v", bound, created, a, after, created > after)
+			}
+			if b := (&domain.JobFilter{CreatedBefore: bound}).Matches(j); b != (created < before) {
+				t.Errorf("bound %v, created %d: Matches before = %v, created < %d = %v", bound, created, b, before, created < before)
+			}
+		}
 	}
-	p := CancelParams(j, ports.BatchItem{ID: "j", DeliverIn: "hooks.test:80"}, &ports.RunBatchParams{Retention: time.Hour, Now: now})
-	if p.Status != domain.StatusFailed || p.Result.Reason != domain.ReasonCanceled || p.Attempts != 3 ||
-		p.DeliverIn != "hooks.test:80" || p.Retention != time.Hour || !p.Now.Equal(now) {
-		t.Fatalf("CancelParams = %+v", p)
+}
+
+func TestFoldQLowersASCIIOnly(t *testing.T) {
+	if got := string(FoldQ("AbÉ\xffZ")); got != "abÉ\xffz" {
+		t.Fatalf("FoldQ = %q", got)
 	}
 }

@@ -3,16 +3,17 @@ package storekit
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
-// OperatorWrites implements the ports.OperatorStore methods that only build
-// an op and submit it to the writer, so an operator's retry, bulk batch or
-// pause shares the group commit with ingest instead of taking a second
-// write path. A store embeds it next to JobWrites.
+// OperatorWrites implements the ports.OperatorStore methods that write:
+// each builds an op and submits it to the writer, so an operator's retry,
+// a bulk batch or a pause commits in the same groups as the dispatch path's
+// writes instead of on a second write path. A store embeds it next to
+// JobWrites; its commit applies the ops and its own reads answer the rest of
+// ports.OperatorStore.
 type OperatorWrites struct{ w *Writer }
 
 // OperatorWrites returns the OperatorStore write methods of w.
@@ -21,7 +22,10 @@ func (w *Writer) OperatorWrites() OperatorWrites { return OperatorWrites{w} }
 // Retry implements ports.OperatorStore.
 func (o OperatorWrites) Retry(ctx context.Context, p *ports.RetryParams) (*domain.Job, error) {
 	r := o.w.Submit(ctx, &Op{Kind: OpRetry, ID: p.ID, Seq: p.Seq, At: p.Now, Retry: p})
-	return r.Job, r.Err
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	return r.Job, nil
 }
 
 // SaveOperation implements ports.OperatorStore.
@@ -43,31 +47,10 @@ func (o OperatorWrites) RunBatch(ctx context.Context, p *ports.RunBatchParams) (
 
 // PauseLane implements ports.OperatorStore.
 func (o OperatorWrites) PauseLane(ctx context.Context, p domain.LanePause) error {
-	return o.w.Submit(ctx, &Op{Kind: OpPauseLane, Pause: &p, At: p.At}).Err
+	return o.w.Submit(ctx, &Op{Kind: OpPauseLane, Upstream: p.Upstream, At: p.At, Pause: &p}).Err
 }
 
 // ResumeLane implements ports.OperatorStore.
 func (o OperatorWrites) ResumeLane(ctx context.Context, upstream domain.UpstreamKey) error {
 	return o.w.Submit(ctx, &Op{Kind: OpResumeLane, Upstream: upstream}).Err
-}
-
-// Retried returns a copy of j re-queued as a new attempt cycle, as
-// ports.OperatorStore.Retry defines it: queued in its own queue with
-// readySeq, no attempts, deferrals, result or delivery, expiring QueuedTTL
-// after now. Id, request, Seq and History are kept. The caller has checked
-// j.Retryable().
-func Retried(j *domain.Job, readySeq int64, now time.Time) *domain.Job {
-	c := *j
-	c.Status, c.Attempts, c.Deferrals, c.Result, c.Delivery = domain.StatusQueued, 0, 0, nil, nil
-	c.ReadyQueue, c.ReadySeq = j.Queue, readySeq
-	c.UpdatedAt, c.ExpiresAt = now, now.Add(domain.QueuedTTL)
-	return &c
-}
-
-// CancelParams are the Finish parameters that cancel queued job j as one
-// item of a bulk cancel: failed with reason "canceled", its attempts kept,
-// its delivery due in the item's DeliverIn.
-func CancelParams(j *domain.Job, it ports.BatchItem, p *ports.RunBatchParams) *ports.FinishParams {
-	return &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusFailed, Attempts: j.Attempts,
-		Result: &domain.Result{Reason: domain.ReasonCanceled}, Now: p.Now, DeliverIn: it.DeliverIn, Retention: p.Retention}
 }

@@ -45,3 +45,11 @@ func RunLedger(t *testing.T, open Open) {
 		return s
 	})
 }
+
+// RunOperator runs the OperatorStore contract (what listing, retry, bulk
+// operations and lane pauses need) against stores made by open, which must
+// also implement aquifer.OperatorStore.
+func RunOperator(t *testing.T, open Open) {
+	t.Helper()
+	storetest.ExerciseOperator(t, func(t *testing.T) ports.JobStore { return open(t) })
+}

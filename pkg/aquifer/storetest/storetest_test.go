@@ -16,6 +16,7 @@ func TestMemoryStore(t *testing.T) {
 	open := func(*testing.T) aquifer.Store { return aquifer.NewMemoryStore() }
 	storetest.Run(t, open)
 	storetest.RunLedger(t, open)
+	storetest.RunOperator(t, open)
 }
 
 func TestSQLiteStore(t *testing.T) {

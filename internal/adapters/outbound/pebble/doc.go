@@ -81,7 +81,7 @@
 //	x/<status:1><^seq:8>                             → <summary><response status varint>
 //	i/<dim:1><uvarint len(value)><value><^seq:8>     → <job id, packed>
 //	c/<dim:1><uvarint len(value)><value><status:1>   → <count:8>
-//	o/<operation id>                                 → the bulk operation (storekit.EncodeOperation, JSON)
+//	o/<operation id>                                 → the bulk operation, JSON (its filter as storekit.EncodeFilter)
 //	p/<upstream>                                     → <paused at ms varint><reason>
 //	m/seq                                            → <highest seq or ready_seq ever assigned:8>
 //	m/format                                         → <layout version:1> (currently 3)

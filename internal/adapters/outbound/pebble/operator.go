@@ -3,8 +3,11 @@ package pebble
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -23,7 +26,7 @@ func (s *Store) GetOperation(_ context.Context, id string) (*domain.Operation, e
 		if err != nil || v == nil {
 			return err
 		}
-		op, err = storekit.DecodeOperation(v)
+		op, err = decodeOperation(v)
 		return err
 	})
 	switch {
@@ -45,7 +48,7 @@ func (s *Store) Operations(_ context.Context, running bool) ([]*domain.Operation
 			return err
 		}
 		for ok := it.First(); ok; ok = it.Next() {
-			op, err := storekit.DecodeOperation(it.Value())
+			op, err := decodeOperation(it.Value())
 			if err != nil {
 				return errors.Join(err, it.Close())
 			}
@@ -93,6 +96,73 @@ func (s *Store) LanePauses(context.Context) ([]domain.LanePause, error) {
 
 var errCorruptPause = errors.New("corrupt lane pause")
 
+// operationJSON is a bulk operation as its o/ value holds it: times in Unix
+// milliseconds, the filter in the stores' shared encoding
+// (storekit.EncodeFilter).
+type operationJSON struct {
+	ID        string                `json:"id"`
+	Kind      domain.OperationKind  `json:"kind"`
+	Filter    json.RawMessage       `json:"filter"`
+	State     domain.OperationState `json:"state"`
+	Cursor    int64                 `json:"cursor"`
+	Total     int64                 `json:"total"`
+	Processed int64                 `json:"processed"`
+	Changed   int64                 `json:"changed"`
+	Skipped   int64                 `json:"skipped"`
+	Error     string                `json:"error,omitempty"`
+	CreatedAt int64                 `json:"created_at"`
+	UpdatedAt int64                 `json:"updated_at"`
+}
+
+func encodeOperation(op *domain.Operation) ([]byte, error) {
+	f, err := storekit.EncodeFilter(op.Filter)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(operationJSON{ID: op.ID, Kind: op.Kind, Filter: json.RawMessage(f), State: op.State,
+		Cursor: op.Cursor, Total: op.Total, Processed: op.Processed, Changed: op.Changed, Skipped: op.Skipped,
+		Error: op.Error, CreatedAt: storekit.Millis(op.CreatedAt), UpdatedAt: storekit.Millis(op.UpdatedAt)})
+	if err != nil {
+		return nil, fmt.Errorf("encode operation %s: %w", op.ID, err)
+	}
+	return b, nil
+}
+
+func decodeOperation(v []byte) (*domain.Operation, error) {
+	var o operationJSON
+	if err := json.Unmarshal(v, &o); err != nil {
+		return nil, fmt.Errorf("decode operation: %w", err)
+	}
+	f, err := storekit.DecodeFilter(string(o.Filter))
+	if err != nil {
+		return nil, fmt.Errorf("decode operation %s: %w", o.ID, err)
+	}
+	return &domain.Operation{ID: o.ID, Kind: o.Kind, Filter: f, State: o.State, Cursor: o.Cursor, Total: o.Total,
+		Processed: o.Processed, Changed: o.Changed, Skipped: o.Skipped, Error: o.Error,
+		CreatedAt: storekit.FromMillis(o.CreatedAt), UpdatedAt: storekit.FromMillis(o.UpdatedAt)}, nil
+}
+
+// retried returns a copy of j re-queued as a new attempt cycle, as
+// ports.OperatorStore.Retry defines it: queued in its own queue with
+// readySeq, no attempts, deferrals, result or delivery, expiring QueuedTTL
+// after now; id, request, Seq and History kept. The caller has checked
+// j.Retryable().
+func retried(j *domain.Job, readySeq int64, now time.Time) *domain.Job {
+	c := *j
+	c.Status, c.Attempts, c.Deferrals, c.Result, c.Delivery = domain.StatusQueued, 0, 0, nil, nil
+	c.ReadyQueue, c.ReadySeq = j.Queue, readySeq
+	c.UpdatedAt, c.ExpiresAt = now, now.Add(domain.QueuedTTL)
+	return &c
+}
+
+// cancelParams are the Finish parameters that cancel queued job j as one
+// item of a bulk cancel: failed with reason "canceled", its attempts kept,
+// its delivery due in the item's DeliverIn.
+func cancelParams(j *domain.Job, it ports.BatchItem, p *ports.RunBatchParams) *ports.FinishParams {
+	return &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusFailed, Attempts: j.Attempts,
+		Result: &domain.Result{Reason: domain.ReasonCanceled}, Now: p.Now, DeliverIn: it.DeliverIn, Retention: p.Retention}
+}
+
 // pauseValue is the p/ value of a pause: when (Unix ms, varint), then the
 // reason's bytes.
 func pauseValue(p *domain.LanePause) []byte {
@@ -108,7 +178,7 @@ func parsePause(k, v []byte) (domain.LanePause, bool) {
 		Reason: string(v[n:])}, true
 }
 
-// retry re-queues a finished job as a new attempt cycle (storekit.Retried)
+// retry re-queues a finished job as a new attempt cycle (retried)
 // with a fresh ReadySeq.
 func (s *Store) retry(w *wbatch, p *ports.RetryParams) (storekit.Result, error) {
 	j, err := w.load(p.ID)
@@ -118,7 +188,7 @@ func (s *Store) retry(w *wbatch, p *ports.RetryParams) (storekit.Result, error) 
 	if !j.Retryable() {
 		return storekit.Result{Err: domain.ErrNotFinished}, nil
 	}
-	upd := storekit.Retried(j, s.seq+1, p.Now)
+	upd := retried(j, s.seq+1, p.Now)
 	if err := w.update(j, upd); err != nil {
 		return storekit.Result{}, err
 	}
@@ -136,7 +206,7 @@ func (s *Store) runBatch(w *wbatch, p *ports.RunBatchParams) (storekit.Result, e
 	if err != nil || v == nil {
 		return notFound, err
 	}
-	stored, err := storekit.DecodeOperation(v)
+	stored, err := decodeOperation(v)
 	if err != nil {
 		return storekit.Result{}, err
 	}
@@ -168,17 +238,17 @@ func (s *Store) runBatch(w *wbatch, p *ports.RunBatchParams) (storekit.Result, e
 	saved := *p.Op
 	saved.Changed += int64(len(todo))
 	saved.Skipped += int64(len(p.Items) - len(todo))
-	rec, err := storekit.EncodeOperation(&saved)
+	rec, err := encodeOperation(&saved)
 	if err != nil {
 		return storekit.Result{}, err
 	}
 	changed := make([]domain.JobID, 0, len(todo))
 	for _, c := range todo {
 		if p.Op.Kind == domain.OpKindRetry {
-			err = w.update(c.job, storekit.Retried(c.job, s.seq+1, p.Now))
+			err = w.update(c.job, retried(c.job, s.seq+1, p.Now))
 			s.seq++
 		} else {
-			_, err = s.finish(w, storekit.CancelParams(c.job, c.item, p))
+			_, err = s.finish(w, cancelParams(c.job, c.item, p))
 		}
 		if err != nil {
 			w.fail(err) // earlier jobs of the batch are written: fail the group, not half the batch

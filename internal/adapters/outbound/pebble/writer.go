@@ -428,7 +428,7 @@ func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
 	case storekit.OpRunBatch:
 		return s.runBatch(w, o.Batch)
 	case storekit.OpSaveOperation:
-		rec, err := storekit.EncodeOperation(o.Operation)
+		rec, err := encodeOperation(o.Operation)
 		if err != nil {
 			return storekit.Result{}, err
 		}

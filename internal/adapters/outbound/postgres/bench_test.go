@@ -1,7 +1,11 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,4 +96,124 @@ func BenchmarkSyncLeases(b *testing.B) {
 			b.Fatalf("holds %d lanes, %v", len(held), err)
 		}
 	}
+}
+
+// benchJobs is how many jobs BenchmarkListJobs seeds: AQUIFER_BENCH_JOBS,
+// default 100000.
+func benchJobs() int {
+	if v, err := strconv.Atoi(os.Getenv("AQUIFER_BENCH_JOBS")); err == nil && v > 0 {
+		return v
+	}
+	return 100000
+}
+
+// BenchmarkListJobs lists a first page (limit 100) and counts per status,
+// for the common filters, over a store of benchJobs jobs shaped as a long
+// run leaves them (seedListing). The cost must follow the page, not the
+// table, for the listings; the counts read one index range.
+func BenchmarkListJobs(b *testing.B) {
+	schema := newSchema(b)
+	s := openStore(b, schema, "bench:1", quiet)
+	n := benchJobs()
+	seedListing(b, schema, n)
+	now := time.UnixMilli(1800000000000)
+	failed := []domain.Status{domain.StatusFailed}
+	for _, c := range []struct {
+		name   string
+		filter domain.JobFilter
+	}{
+		{"none", domain.JobFilter{}},
+		{"status=failed", domain.JobFilter{Statuses: failed}},
+		{"destination", domain.JobFilter{Destination: "http://up7.test:80"}},
+		{"user_id", domain.JobFilter{UserID: "u42"}},
+		{"tenant&status=failed", domain.JobFilter{Tenant: "t3", Statuses: failed}},
+		{"q&status=failed", domain.JobFilter{Q: "items/9", Statuses: failed}},
+	} {
+		b.Run("list/"+c.name, func(b *testing.B) {
+			for b.Loop() {
+				page, err := s.ListJobs(b.Context(), &ports.ListJobsParams{Filter: c.filter, Limit: 100, Now: now})
+				if err != nil || len(page) == 0 {
+					b.Fatalf("%d jobs, %v", len(page), err)
+				}
+			}
+		})
+	}
+	for _, c := range []struct {
+		name   string
+		filter domain.JobFilter
+	}{
+		{"none", domain.JobFilter{}},
+		{"destination", domain.JobFilter{Destination: "http://up7.test:80"}},
+		{"user_id", domain.JobFilter{UserID: "u42"}},
+		{"tenant", domain.JobFilter{Tenant: "t3"}},
+	} {
+		b.Run("count/"+c.name, func(b *testing.B) {
+			for b.Loop() {
+				counts, err := s.CountJobs(b.Context(), &ports.CountJobsParams{Filter: c.filter, Now: now})
+				if err != nil || len(counts) == 0 {
+					b.Fatalf("counts %v, %v", counts, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkInsertParallelWhileListing is BenchmarkInsertParallel with an
+// operator listing queued jobs and counting a destination's meanwhile,
+// every 50ms (a few people paging) or back to back (a lister that takes a
+// processor of its own: on a small machine that slows ingest by taking CPU,
+// not by blocking it). Reads take no lock the writer waits for, and at most
+// a quarter of the pool's connections.
+func BenchmarkInsertParallelWhileListing(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		pause time.Duration
+	}{{"every50ms", 50 * time.Millisecond}, {"continuous", 0}} {
+		b.Run(c.name, func(b *testing.B) { insertWhileListing(b, c.pause) })
+	}
+}
+
+func insertWhileListing(b *testing.B, pause time.Duration) {
+	s := openStore(b, newSchema(b), "bench:1", quiet)
+	stop := make(chan struct{})
+	var lists atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		f := domain.JobFilter{Statuses: []domain.Status{domain.StatusQueued}}
+		dest := domain.JobFilter{Destination: domain.QueueKey("a.test:80").Upstream()}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(pause):
+			}
+			if _, err := s.ListJobs(context.Background(), &ports.ListJobsParams{Filter: f, Limit: 100, Now: time.Now()}); err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := s.CountJobs(context.Background(), &ports.CountJobsParams{Filter: dest, Now: time.Now()}); err != nil {
+				b.Error(err)
+				return
+			}
+			lists.Add(1)
+		}
+	})
+	var n atomic.Int64
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			j := storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80")
+			if _, _, err := s.Insert(b.Context(), j); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+	st := s.Stats()
+	b.ReportMetric(float64(st.Ops)/float64(max(st.Commits, 1)), "ops/commit")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "inserts/s")
+	b.ReportMetric(float64(lists.Load())/b.Elapsed().Seconds(), "lists/s")
 }

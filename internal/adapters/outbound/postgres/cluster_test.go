@@ -151,6 +151,12 @@ func TestBroadcastListen(t *testing.T) {
 	if got := inOther.snapshot(); len(got) != 0 {
 		t.Fatalf("a store on another schema received %+v", got)
 	}
+	// A change of the lane pauses, alone, reaches the peers.
+	b.Broadcast(ports.ClusterMessage{Pauses: true})
+	got = inA.waitFor(t, "B's pause notice", func(ms []ports.ClusterMessage) bool { return len(ms) > 1 })
+	if len(got) != 2 || !got[1].Pauses || got[1].From != "b:1" || len(got[1].Pools) != 0 {
+		t.Fatalf("A received %+v, want B's pause notice", got)
+	}
 	if st := a.Stats(); st.Notified == 0 || st.Dropped != 0 {
 		t.Fatalf("A's stats = %+v", st)
 	}
@@ -218,10 +224,12 @@ func TestEncodePayloads(t *testing.T) {
 		m.Work = append(m.Work, ports.WorkNotice{Queue: domain.QueueKey(fmt.Sprint("lane \"ü\" ", i)), ReadySeq: int64(i)})
 	}
 	big := ports.ClusterMessage{Pools: []string{strings.Repeat("x", 500), "ok"}}
+	paused := m
+	paused.Pauses = true
 	for _, c := range []struct {
 		m     ports.ClusterMessage
 		limit int
-	}{{m, 400}, {m, maxPayload}, {big, 400}} {
+	}{{m, 400}, {m, maxPayload}, {big, 400}, {paused, 400}, {ports.ClusterMessage{Pauses: true}, 400}} {
 		payloads, tooLarge := encodePayloads("a:1", c.m, c.limit)
 		var got ports.ClusterMessage
 		for _, p := range payloads {
@@ -232,13 +240,17 @@ func TestEncodePayloads(t *testing.T) {
 			if err != nil || d.From != "a:1" {
 				t.Fatalf("decode %q: %+v, %v", p, d, err)
 			}
+			if d.Pauses != c.m.Pauses {
+				t.Fatalf("payload %q: pauses %v, want %v in every payload", p, d.Pauses, c.m.Pauses)
+			}
 			got.Events, got.Work, got.Pools = append(got.Events, d.Events...), append(got.Work, d.Work...), append(got.Pools, d.Pools...)
+			got.Pauses = d.Pauses
 		}
 		want := c.m
 		if tooLarge > 0 {
 			want.Pools = want.Pools[1:] // the 500-byte name fits no 400-byte payload
 		}
-		if tooLarge != len(c.m.Pools)-len(want.Pools) || fmt.Sprint(got) != fmt.Sprint(want) {
+		if len(payloads) == 0 || tooLarge != len(c.m.Pools)-len(want.Pools) || fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("limit %d: %d payloads, %d too large; round trip %+v, want %+v", c.limit, len(payloads), tooLarge, got, want)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
 )
 
 //go:embed migrations/*.sql
@@ -29,6 +31,14 @@ type migration struct {
 	version int
 	name    string
 	sql     string
+}
+
+// backfills are Go steps that run right after their version's SQL, in the
+// same transaction, for derived columns that only the domain's functions
+// compute exactly (version 3: tenant, upstream and url_path of the jobs
+// already stored).
+var backfills = map[int]func(ctx context.Context, tx pgx.Tx) (int64, error){
+	3: backfillOperatorColumns,
 }
 
 // loadMigrations returns the embedded migrations in version order. Files are
@@ -66,12 +76,21 @@ func loadMigrations() ([]migration, error) {
 // concurrent Open waits for it and then finds nothing left to do. A database
 // at a version newer than this binary knows is refused.
 func (s *Store) migrate(ctx context.Context) error {
+	return s.migrateTo(ctx, 0)
+}
+
+// migrateTo is migrate up to version target (0: the newest), so that tests
+// can make a database of an earlier version.
+func (s *Store) migrateTo(ctx context.Context, target int) error {
 	ms, err := loadMigrations()
 	if err != nil {
 		return fmt.Errorf("postgres migrations: %w", err)
 	}
 	if len(ms) == 0 {
 		return errors.New("postgres migrations: none embedded")
+	}
+	if target > 0 && target < len(ms) {
+		ms = ms[:target]
 	}
 	latest := ms[len(ms)-1].version
 	tx, err := s.pool.Begin(ctx)
@@ -108,6 +127,13 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return fmt.Errorf("postgres %s: apply migration %s: %w", s.Path(), m.name, err)
 		}
+		if fill := backfills[m.version]; fill != nil {
+			n, err := fill(ctx, tx)
+			if err != nil {
+				return fmt.Errorf("postgres %s: fill the columns of migration %s: %w", s.Path(), m.name, err)
+			}
+			s.log.Info("filled the new columns of the stored jobs", zap.String("migration", m.name), zap.Int64("jobs", n))
+		}
 		if _, err := tx.Exec(ctx, "INSERT INTO aquifer_schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
 			return fmt.Errorf("postgres %s: record migration %s: %w", s.Path(), m.name, err)
 		}
@@ -125,4 +151,47 @@ func (s *Store) schemaNote() string {
 		return ""
 	}
 	return " (schema " + s.opts.Schema + ")"
+}
+
+// backfillChunk is how many jobs backfillOperatorColumns reads and updates
+// per statement.
+const backfillChunk = 5000
+
+// backfillOperatorColumns fills the columns version 3 derives from each
+// stored job (tenant, upstream, url_path), walking the table in primary
+// key order one chunk at a time so memory stays bounded. It returns how
+// many jobs it updated.
+func backfillOperatorColumns(ctx context.Context, tx pgx.Tx) (int64, error) {
+	var total int64
+	after := ""
+	for {
+		rows, err := tx.Query(ctx, `SELECT id, user_id, lane, url FROM jobs WHERE id > $1 ORDER BY id LIMIT $2`, after, backfillChunk)
+		if err != nil {
+			return total, err
+		}
+		var ids, tenants, upstreams, paths []string
+		for rows.Next() {
+			var id, user, lane, url string
+			if err := rows.Scan(&id, &user, &lane, &url); err != nil {
+				rows.Close()
+				return total, err
+			}
+			d := derive(user, domain.QueueKey(lane), url)
+			ids, tenants, upstreams, paths = append(ids, id), append(tenants, d.tenant), append(upstreams, d.upstream), append(paths, d.urlPath)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return total, err
+		}
+		if len(ids) == 0 {
+			return total, nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE jobs j SET tenant = v.tenant, upstream = v.upstream, url_path = v.url_path
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(id, tenant, upstream, url_path)
+			WHERE j.id = v.id`, ids, tenants, upstreams, paths); err != nil {
+			return total, err
+		}
+		total += int64(len(ids))
+		after = ids[len(ids)-1]
+	}
 }

@@ -54,6 +54,7 @@ type wireMessage struct {
 	Events []wireEvent `json:"e"`
 	Work   []wireWork  `json:"w"`
 	Pools  []string    `json:"p"`
+	Pauses bool        `json:"z,omitempty"` // in every payload of a message that has it
 }
 
 type wireEvent struct {
@@ -72,7 +73,7 @@ type wireWork struct {
 // (events without their Result) into a bounded buffer, or dropped and
 // counted in Stats.Dropped when the buffer is full or the store closed.
 func (s *Store) Broadcast(m ports.ClusterMessage) {
-	if len(m.Events)+len(m.Work)+len(m.Pools) == 0 {
+	if len(m.Events)+len(m.Work)+len(m.Pools) == 0 && !m.Pauses {
 		return
 	}
 	if s.isClosed() {
@@ -80,7 +81,7 @@ func (s *Store) Broadcast(m ports.ClusterMessage) {
 		return
 	}
 	c := ports.ClusterMessage{From: s.opts.Owner, Work: append([]ports.WorkNotice(nil), m.Work...),
-		Pools: append([]string(nil), m.Pools...)}
+		Pools: append([]string(nil), m.Pools...), Pauses: m.Pauses}
 	if len(m.Events) > 0 {
 		c.Events = make([]domain.Event, len(m.Events))
 		for i, e := range m.Events {
@@ -162,12 +163,14 @@ func (s *Store) flushNotify(timeout time.Duration) {
 
 // merge folds messages into one: events in order, one work notice per lane
 // with the smallest ReadySeq (the holder re-reads from the smallest, which
-// covers the others), each pool once.
+// covers the others), each pool once, and a change of the lane pauses if
+// any message had one.
 func merge(msgs []ports.ClusterMessage) ports.ClusterMessage {
 	var out ports.ClusterMessage
 	work := map[domain.QueueKey]int{}
 	pools := map[string]bool{}
 	for _, m := range msgs {
+		out.Pauses = out.Pauses || m.Pauses
 		out.Events = append(out.Events, m.Events...)
 		for _, w := range m.Work {
 			if i, ok := work[w.Queue]; ok {
@@ -190,6 +193,7 @@ func merge(msgs []ports.ClusterMessage) ports.ClusterMessage {
 // payloadBuilder packs JSON fragments into payloads of at most limit bytes.
 type payloadBuilder struct {
 	from     []byte // the From field, JSON-encoded
+	pauses   bool   // every payload says the lane pauses changed
 	limit    int
 	lists    [3][][]byte // events, work, pools
 	size     int         // the payload's length with the fragments so far
@@ -203,7 +207,13 @@ const (
 	listPools
 )
 
-func (b *payloadBuilder) empty() int { return len(`{"f":,"e":[],"w":[],"p":[]}`) + len(b.from) }
+func (b *payloadBuilder) empty() int {
+	n := len(`{"f":,"e":[],"w":[],"p":[]}`) + len(b.from)
+	if b.pauses {
+		n += len(`,"z":true`)
+	}
+	return n
+}
 
 // add appends one fragment to list, starting a new payload when it would not
 // fit; a fragment that fits no payload is counted and left out.
@@ -225,7 +235,8 @@ func (b *payloadBuilder) add(list int, frag []byte) {
 }
 
 func (b *payloadBuilder) flush() {
-	if len(b.lists[0])+len(b.lists[1])+len(b.lists[2]) > 0 {
+	// A change of the pauses alone still makes a payload.
+	if len(b.lists[0])+len(b.lists[1])+len(b.lists[2]) > 0 || (b.pauses && len(b.payloads) == 0) {
 		var buf bytes.Buffer
 		buf.Grow(b.size)
 		buf.WriteString(`{"f":`)
@@ -234,7 +245,11 @@ func (b *payloadBuilder) flush() {
 			buf.WriteString(name)
 			buf.Write(bytes.Join(b.lists[i], []byte{','}))
 		}
-		buf.WriteString(`]}`)
+		buf.WriteString(`]`)
+		if b.pauses {
+			buf.WriteString(`,"z":true`)
+		}
+		buf.WriteString(`}`)
 		b.payloads = append(b.payloads, buf.String())
 	}
 	b.lists = [3][][]byte{}
@@ -245,7 +260,7 @@ func (b *payloadBuilder) flush() {
 // (wireMessage), and reports how many fragments were too large for any.
 func encodePayloads(from string, m ports.ClusterMessage, limit int) ([]string, int) {
 	f, _ := json.Marshal(from) // a string always encodes
-	b := &payloadBuilder{from: f, limit: limit}
+	b := &payloadBuilder{from: f, pauses: m.Pauses, limit: limit}
 	b.size = b.empty()
 	// Work and pool notices first: they are what peers act on.
 	for _, w := range m.Work {
@@ -270,7 +285,7 @@ func decodePayload(payload string) (ports.ClusterMessage, error) {
 	if err := json.Unmarshal([]byte(payload), &w); err != nil {
 		return ports.ClusterMessage{}, err
 	}
-	m := ports.ClusterMessage{From: w.From, Pools: w.Pools}
+	m := ports.ClusterMessage{From: w.From, Pools: w.Pools, Pauses: w.Pauses}
 	for _, e := range w.Events {
 		m.Events = append(m.Events, domain.Event{Type: e.Type, JobID: e.JobID, Position: e.Position, Attempt: e.Attempt})
 	}

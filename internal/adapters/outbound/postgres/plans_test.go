@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -85,6 +86,8 @@ func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 		switch v := a.(type) {
 		case string:
 			lits[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		case []byte:
+			lits[i] = "'\\x" + hex.EncodeToString(v) + "'::bytea"
 		default:
 			lits[i] = fmt.Sprint(v)
 		}
@@ -130,9 +133,24 @@ func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 
 // planNode is a node of an EXPLAIN (FORMAT JSON) plan.
 type planNode struct {
-	NodeType string     `json:"Node Type"`
-	Relation string     `json:"Relation Name"`
-	Plans    []planNode `json:"Plans"`
+	NodeType   string     `json:"Node Type"`
+	Relation   string     `json:"Relation Name"`
+	SharedHit  int        `json:"Shared Hit Blocks"`
+	SharedRead int        `json:"Shared Read Blocks"`
+	Plans      []planNode `json:"Plans"`
+}
+
+// has reports whether the plan has a node of type nodeType.
+func (n planNode) has(nodeType string) bool {
+	if n.NodeType == nodeType {
+		return true
+	}
+	for _, c := range n.Plans {
+		if c.has(nodeType) {
+			return true
+		}
+	}
+	return false
 }
 
 // scans reports whether the plan reads relation with a sequential scan.

@@ -38,7 +38,9 @@ type Options struct {
 	// their lane (RecoverLane), so keep it close to the lane lease TTL the
 	// app uses. Default 30s.
 	Lease time.Duration
-	// MaxConns caps the connection pool; default 8.
+	// MaxConns caps the connection pool; default 8. Operators' listings and
+	// counts (ListJobs, CountJobs) use at most a quarter of it at a time,
+	// so the writer always finds a connection.
 	MaxConns int32
 	// MaxBatch caps how many operations share one transaction; default 1024.
 	MaxBatch int
@@ -62,6 +64,11 @@ type Options struct {
 	// before CheckWrites makes a small probe transaction to see whether
 	// writes still succeed; default 10 s.
 	WriteProbeAfter time.Duration
+	// MigrationTimeout bounds Open's schema migration, which may rewrite
+	// every stored job and build indexes over them (version 3 and 4 do);
+	// default 1h. Other processes opening the database meanwhile wait for
+	// it.
+	MigrationTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -70,6 +77,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Lease <= 0 {
 		o.Lease = 30 * time.Second
+	}
+	if o.MigrationTimeout <= 0 {
+		o.MigrationTimeout = time.Hour
 	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = 8
@@ -99,6 +109,9 @@ type Store struct {
 	w                  *storekit.Writer // the single writer; its commit is Store.commit
 	storekit.JobWrites                  // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
 	closeOnce          sync.Once
+
+	storekit.OperatorWrites               // Retry, SaveOperation, RunBatch, PauseLane, ResumeLane
+	reads                   chan struct{} // listings and counts in progress (see scan)
 
 	renewOnce sync.Once
 	renewStop chan struct{}
@@ -177,13 +190,17 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		outbox:     make(chan ports.ClusterMessage, opts.NotifyBuffer),
 		kick:       make(chan struct{}, 1),
 		notifyDone: make(chan struct{}),
+		reads:      make(chan struct{}, max(opts.MaxConns/4, 1)),
 	}
-	octx, cancel := context.WithTimeout(ctx, 2*opts.Timeout)
-	defer cancel()
-	if err := s.migrate(octx); err != nil {
+	mctx, mcancel := context.WithTimeout(ctx, opts.MigrationTimeout)
+	err = s.migrate(mctx)
+	mcancel()
+	if err != nil {
 		pool.Close()
 		return nil, err
 	}
+	octx, cancel := context.WithTimeout(ctx, 2*opts.Timeout)
+	defer cancel()
 	if err := s.takeLease(octx); err != nil {
 		pool.Close()
 		return nil, err
@@ -191,6 +208,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s.w = storekit.Start(storekit.Config{MaxBatch: opts.MaxBatch, GatherYields: opts.GatherYields,
 		CtxErr: func(err error) error { return unavailable("submit write", err) }}, s.commit)
 	s.JobWrites = s.w.JobWrites()
+	s.OperatorWrites = s.w.OperatorWrites()
 	go s.renewer()
 	go s.notifier()
 	return s, nil
@@ -338,7 +356,7 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 		return nil, domain.ErrClosed
 	}
 	rctx, cancel := s.opCtx(ctx)
-	rows, err := s.pool.Query(rctx, "SELECT "+storekit.JobColumns+` FROM jobs
+	rows, err := s.pool.Query(rctx, "SELECT "+jobColumns+` FROM jobs
 		WHERE `+mineOrDead("$1")+`
 		AND ready_lane <> '' AND status = 'in_flight' AND dispatched_at < $2 ORDER BY ready_seq`,
 		s.opts.Owner, storekit.Millis(p.DispatchedBefore))
@@ -376,8 +394,8 @@ func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
 }
 
 const (
-	sqlGet    = "SELECT " + storekit.JobColumns + " FROM jobs WHERE id = $1"
-	sqlLookup = "SELECT " + storekit.JobColumns + " FROM jobs WHERE user_id = $1 AND idempotent_key = $2"
+	sqlGet    = "SELECT " + jobColumns + " FROM jobs WHERE id = $1"
+	sqlLookup = "SELECT " + jobColumns + " FROM jobs WHERE user_id = $1 AND idempotent_key = $2"
 )
 
 // Get implements ports.JobStore.
@@ -396,7 +414,7 @@ func (s *Store) getOne(ctx context.Context, what, sql string, args ...any) (*dom
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	j, err := storekit.ScanJob(s.pool.QueryRow(ctx, sql, args...))
+	j, err := scanJob(s.pool.QueryRow(ctx, sql, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, domain.ErrNotFound
 	}
@@ -432,7 +450,7 @@ func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int
 // The condition that ready_lane is not empty, implied by the lane, is
 // stated so that a generic plan of the prepared statement may use the
 // partial index.
-const sqlListReady = "SELECT " + storekit.JobColumns + ` FROM jobs
+const sqlListReady = "SELECT " + jobColumns + ` FROM jobs
 	WHERE ready_lane = $1 AND ready_lane <> '' AND ready_seq > $2 AND status <> 'in_flight' AND expires_at > $3
 	ORDER BY ready_seq LIMIT $4`
 
@@ -565,7 +583,8 @@ func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT pg_total_relation_size('jobs') + pg_total_relation_size('aquifer_schema_migrations')
 		+ pg_total_relation_size('aquifer_owners') + pg_total_relation_size('aquifer_lanes')
-		+ pg_total_relation_size('aquifer_pool_members')`).Scan(&n); err != nil {
+		+ pg_total_relation_size('aquifer_pool_members') + pg_total_relation_size('aquifer_operations')
+		+ pg_total_relation_size('aquifer_lane_pauses')`).Scan(&n); err != nil {
 		return 0, unavailable("postgres size", err)
 	}
 	return n, nil

@@ -17,6 +17,12 @@ func TestContract(t *testing.T) {
 	})
 }
 
+func TestOperatorContract(t *testing.T) {
+	storetest.ExerciseOperator(t, func(t *testing.T) ports.JobStore {
+		return openStore(t, newSchema(t), "test-1", nil)
+	})
+}
+
 // runGroup commits ops as one group, as the writer does, and returns what
 // each caller is told.
 func runGroup(s *Store, ops []*storekit.Op) []storekit.Result {

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"time"
 
@@ -159,16 +158,20 @@ func splitRound(ops []*storekit.Op, idx []int) (round, rest []int) {
 // sqlInsert inserts many jobs in one statement. Each row takes one value of
 // jobs_seq for both seq and ready_seq (OFFSET 0 keeps the subquery, so
 // nextval runs once per row). Rows whose key is taken are skipped, and only
-// inserted rows are returned.
+// inserted rows are returned. tenant, upstream and url_path are derived from
+// the request (derive).
 const sqlInsert = `INSERT INTO jobs (id, user_id, idempotent_key, url, pool_id, method, headers, body, webhook_url,
-	lane, status, attempts, deferrals, created_at, updated_at, expires_at, ready_lane, owner, seq, ready_seq)
+	lane, status, attempts, deferrals, created_at, updated_at, expires_at, ready_lane, tenant, upstream, url_path, history,
+	owner, seq, ready_seq)
 SELECT id, user_id, idempotent_key, url, pool_id, method, headers, body, webhook_url,
-	lane, status, attempts, deferrals, created_at, updated_at, expires_at, ready_lane, $18, n, n
+	lane, status, attempts, deferrals, created_at, updated_at, expires_at, ready_lane, tenant, upstream, url_path, history,
+	$22, n, n
 FROM (SELECT t.*, nextval('jobs_seq') AS n
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[],
-		$9::text[], $10::text[], $11::text[], $12::int4[], $13::int4[], $14::int8[], $15::int8[], $16::int8[], $17::text[])
+		$9::text[], $10::text[], $11::text[], $12::int4[], $13::int4[], $14::int8[], $15::int8[], $16::int8[], $17::text[],
+		$18::text[], $19::text[], $20::text[], $21::text[])
 	AS t(id, user_id, idempotent_key, url, pool_id, method, headers, body, webhook_url,
-		lane, status, attempts, deferrals, created_at, updated_at, expires_at, ready_lane)
+		lane, status, attempts, deferrals, created_at, updated_at, expires_at, ready_lane, tenant, upstream, url_path, history)
 	OFFSET 0) x
 ON CONFLICT (user_id, idempotent_key) DO NOTHING
 RETURNING id, seq`
@@ -184,15 +187,22 @@ func (s *Store) queueInsert(b *pgx.Batch, ops []*storekit.Op, idx []int, results
 		bodies                                = make([][]byte, 0, n)
 		attempts, deferrals                   = make([]int32, 0, n), make([]int32, 0, n)
 		created, updated, expires             = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+		tenants, upstreams, paths, histories  = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 		rows                                  = make([]int, 0, n)
 	)
 	for _, i := range idx {
 		j := ops[i].Job
 		h, err := storekit.EncodeHeaders(j.Headers)
+		var hist string
+		if err == nil {
+			hist, err = storekit.EncodeHistory(j.History)
+		}
 		if err != nil {
 			results[i].Err = unavailable("insert job", err)
 			continue
 		}
+		d := derive(j.UserID, j.Queue, j.URL)
+		tenants, upstreams, paths, histories = append(tenants, d.tenant), append(upstreams, d.upstream), append(paths, d.urlPath), append(histories, hist)
 		rows = append(rows, i)
 		ids, users, keys = append(ids, string(j.ID)), append(users, j.UserID), append(keys, j.IdempotentKey)
 		urls, pools, methods, headers = append(urls, j.URL), append(pools, j.PoolID), append(methods, j.Method), append(headers, h)
@@ -209,7 +219,7 @@ func (s *Store) queueInsert(b *pgx.Batch, ops []*storekit.Op, idx []int, results
 		return
 	}
 	b.Queue(sqlInsert, ids, users, keys, urls, pools, methods, headers, bodies, webhooks, lanes, statuses,
-		attempts, deferrals, created, updated, expires, readyLanes, s.opts.Owner).Query(func(r pgx.Rows) error {
+		attempts, deferrals, created, updated, expires, readyLanes, tenants, upstreams, paths, histories, s.opts.Owner).Query(func(r pgx.Rows) error {
 		inserted := make(map[string]int64, len(rows))
 		for r.Next() {
 			var id string
@@ -257,7 +267,7 @@ func (s *Store) settleInserts(ctx context.Context, ops []*storekit.Op, pending [
 		for n, i := range round {
 			users[n], keys[n] = ops[i].Job.UserID, ops[i].Job.IdempotentKey
 		}
-		rows, err := s.pool.Query(ctx, "SELECT "+storekit.JobColumns+` FROM jobs
+		rows, err := s.pool.Query(ctx, "SELECT "+jobColumns+` FROM jobs
 			WHERE (user_id, idempotent_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, users, keys)
 		var holders []*domain.Job
 		if err == nil {
@@ -337,9 +347,16 @@ func (s *Store) queue(b *pgx.Batch, o *storekit.Op, r *storekit.Result) error {
 		p := o.Requeue
 		switch p.Phase {
 		case domain.PhaseDispatch:
-			b.Queue(`UPDATE jobs SET status = 'queued', attempts = $2, deferrals = $3, updated_at = $4, expires_at = $5, owner = $6
+			hist, err := historyParam(p.History)
+			if err != nil {
+				r.Err = unavailable("requeue job", err)
+				return nil
+			}
+			b.Queue(`UPDATE jobs SET status = 'queued', attempts = $2, deferrals = $3, updated_at = $4, expires_at = $5, owner = $6,
+				history = coalesce($7, history)
 				WHERE id = $1 AND status IN ('queued', 'in_flight')`,
-				string(o.ID), p.Attempts, p.Deferrals, storekit.Millis(p.Now), storekit.Millis(p.Now.Add(domain.QueuedTTL)), s.opts.Owner).Exec(notFoundIfNone)
+				string(o.ID), p.Attempts, p.Deferrals, storekit.Millis(p.Now), storekit.Millis(p.Now.Add(domain.QueuedTTL)), s.opts.Owner,
+				hist).Exec(notFoundIfNone)
 		case domain.PhaseDeliver:
 			b.Queue(`UPDATE jobs SET delivery_attempts = $2, deferrals = $3, delivery_response = $4, delivery_reason = $5,
 				updated_at = $6, owner = $7 WHERE id = $1 AND delivery_status = 'pending'`,
@@ -355,12 +372,15 @@ func (s *Store) queue(b *pgx.Batch, o *storekit.Op, r *storekit.Result) error {
 		if !p.Delivered {
 			status = domain.DeliveryFailed
 		}
+		// The job's status is known only to the row: the retention, when
+		// set, replaces the TTL of either.
+		completedTTL, failedTTL := domain.RetentionTTL(domain.StatusCompleted, p.Retention), domain.RetentionTTL(domain.StatusFailed, p.Retention)
 		b.Queue(`UPDATE jobs SET delivery_status = $2, delivery_attempts = $3, delivery_response = $4,
 			delivery_reason = $5, updated_at = $6, ready_lane = '', owner = $9,
 			expires_at = $6 + CASE status WHEN 'completed' THEN $7::bigint ELSE $8::bigint END
 			WHERE id = $1 AND delivery_status = 'pending'`,
 			string(o.ID), string(status), p.Attempts, p.Response, text(p.Reason), storekit.Millis(p.Now),
-			domain.CompletedTTL.Milliseconds(), domain.FailedTTL.Milliseconds(), s.opts.Owner).Exec(notFoundIfNone)
+			completedTTL.Milliseconds(), failedTTL.Milliseconds(), s.opts.Owner).Exec(notFoundIfNone)
 	case storekit.OpRecover:
 		b.Queue(`UPDATE jobs SET status = 'queued', updated_at = $2
 			WHERE `+mineOrDead("$1")+` AND ready_lane <> '' AND status = 'in_flight'`,
@@ -412,10 +432,25 @@ func (s *Store) queue(b *pgx.Batch, o *storekit.Op, r *storekit.Result) error {
 			r.N = ct.RowsAffected()
 			return nil
 		})
+	case storekit.OpRetry:
+		s.queueRetry(b, o.Retry, r)
+	case storekit.OpRunBatch:
+		s.queueRunBatch(b, o.Batch, r)
 	default:
-		return fmt.Errorf("unknown op %d", o.Kind)
+		return s.queueOperatorOp(b, o, r)
 	}
 	return nil
+}
+
+// historyParam is a history as the parameter of a statement that replaces
+// the stored one when it is not NULL: nil (keep the stored history) for a
+// nil h.
+func historyParam(h []domain.Attempt) (*string, error) {
+	if h == nil {
+		return nil, nil
+	}
+	enc, err := storekit.EncodeHistory(h)
+	return &enc, err
 }
 
 // idStrings is ids as the text[] parameter of a statement.
@@ -436,7 +471,7 @@ const sqlFinish = `WITH u AS (
 	UPDATE jobs SET status = $2, attempts = $3, updated_at = $4, expires_at = $5, response_status = $6,
 		response_body = $7, response_truncated = $8, response_content_type = $9, reason = $10,
 		ready_lane = $11::text, ready_seq = CASE WHEN $11::text <> '' THEN nextval('jobs_seq') ELSE 0 END,
-		delivery_status = $12, deferrals = 0, owner = $13
+		delivery_status = $12, deferrals = 0, owner = $13, history = coalesce($14, history)
 	WHERE id = $1 AND status IN ('queued', 'in_flight')
 	RETURNING ready_seq)
 SELECT (SELECT ready_seq FROM u), EXISTS (SELECT 1 FROM jobs WHERE id = $1)`
@@ -446,11 +481,17 @@ func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *storekit.Res
 	if res == nil {
 		res = &domain.Result{}
 	}
+	hist, err := historyParam(p.History)
+	if err != nil {
+		r.Err = unavailable("finish job", err)
+		return
+	}
 	var delivery string
-	expiresAt := p.Now.Add(domain.TTL(p.Status))
+	ttl := domain.RetentionTTL(p.Status, p.Retention)
+	expiresAt := p.Now.Add(ttl)
 	if p.DeliverIn != "" {
 		delivery = string(domain.DeliveryPending)
-		expiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL)) // time to deliver
+		expiresAt = p.Now.Add(max(ttl, domain.QueuedTTL)) // time to deliver
 	}
 	var body []byte
 	if len(res.Body) > 0 {
@@ -458,7 +499,7 @@ func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *storekit.Res
 	}
 	b.Queue(sqlFinish, string(p.ID), string(p.Status), p.Attempts, storekit.Millis(p.Now), storekit.Millis(expiresAt), res.ResponseStatus,
 		body, res.BodyTruncated, text(res.ContentType), text(res.Reason), string(p.DeliverIn), delivery,
-		s.opts.Owner).QueryRow(func(row pgx.Row) error {
+		s.opts.Owner, hist).QueryRow(func(row pgx.Row) error {
 		var readySeq *int64
 		var exists bool
 		if err := row.Scan(&readySeq, &exists); err != nil {

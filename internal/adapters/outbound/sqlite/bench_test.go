@@ -1,8 +1,11 @@
 package sqlite_test
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,4 +71,118 @@ func BenchmarkLifecycle(b *testing.B) {
 			}
 		}
 	})
+}
+
+var benchJobs = flag.Int("bench-jobs", 100_000, "jobs in the store that BenchmarkReads seeds")
+
+// seedReads fills a store with n jobs as a busy deployment holds them: 23
+// destinations, 47 users of 5 tenants, 80% completed, 10% failed and 10%
+// still queued, inserted and finished from many goroutines (group commit
+// keeps the setup to seconds).
+func seedReads(b *testing.B, s ports.JobStore, n int) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				u := i % 47 // primes, so that no destination, user or status goes with another
+				user := domain.Scope(fmt.Sprint("tenant", u%5), fmt.Sprint("user", u))
+				j, _, err := s.Insert(context.Background(), storetest.NewJob(user, fmt.Sprint("seed", i), fmt.Sprintf("dest%d.test:443", i%23)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				status, result := domain.StatusCompleted, &domain.Result{ResponseStatus: 200}
+				switch i % 10 {
+				case 0:
+					continue // stays queued
+				case 1:
+					status, result = domain.StatusFailed, &domain.Result{ResponseStatus: 503, Reason: "upstream returned 503"}
+				}
+				if _, err := s.Finish(context.Background(), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: status, Attempts: 1,
+					Result: result, Now: time.Now()}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkReads measures the reads of a store holding -bench-jobs jobs
+// (100,000 by default): a lane's first page of ready jobs (the dispatch
+// path), the operator's first page (limit 100) by each indexed filter, and
+// the counts beside it.
+func BenchmarkReads(b *testing.B) {
+	s, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "a.db"), Sync: sqlite.SyncNormal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Now()
+	seedReads(b, s, *benchJobs)
+	b.Logf("seeded %d jobs in %v", *benchJobs, time.Since(start).Round(time.Millisecond))
+	now := time.Now()
+	b.Run("ListReady", func(b *testing.B) {
+		for b.Loop() {
+			jobs, err := s.ListReady(b.Context(), &ports.ListReadyParams{Queue: "dest0.test:443", Limit: 100, Now: now})
+			if err != nil || len(jobs) != 100 {
+				b.Fatalf("ListReady: %d jobs, %v", len(jobs), err)
+			}
+		}
+	})
+	failed := []domain.Status{domain.StatusFailed}
+	for _, tc := range []struct {
+		name string
+		f    domain.JobFilter
+	}{
+		{"newest", domain.JobFilter{}},
+		{"status=failed", domain.JobFilter{Statuses: failed}},
+		{"status=queued,failed", domain.JobFilter{Statuses: []domain.Status{domain.StatusQueued, domain.StatusFailed}}},
+		{"destination", domain.JobFilter{Destination: "dest3.test:443"}},
+		{"destination&status=failed", domain.JobFilter{Destination: "dest1.test:443", Statuses: failed}},
+		{"user_id", domain.JobFilter{UserID: domain.Scope("tenant1", "user6")}},
+		{"tenant", domain.JobFilter{Tenant: "tenant2"}},
+		{"tenant&status=failed", domain.JobFilter{Tenant: "tenant1", Statuses: failed}},
+	} {
+		b.Run("ListJobs/"+tc.name, func(b *testing.B) {
+			for b.Loop() {
+				jobs, err := s.ListJobs(b.Context(), &ports.ListJobsParams{Filter: tc.f, Limit: 100, Now: now})
+				if err != nil || len(jobs) != 100 {
+					b.Fatalf("ListJobs: %d jobs, %v", len(jobs), err)
+				}
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		f    domain.JobFilter
+	}{
+		{"all", domain.JobFilter{}},
+		{"destination", domain.JobFilter{Destination: "dest3.test:443"}},
+		{"user_id", domain.JobFilter{UserID: domain.Scope("tenant1", "user6")}},
+		{"tenant", domain.JobFilter{Tenant: "tenant2"}},
+		{"q", domain.JobFilter{Q: "503"}},
+	} {
+		b.Run("CountJobs/"+tc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.CountJobs(b.Context(), &ports.CountJobsParams{Filter: tc.f, Now: now}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

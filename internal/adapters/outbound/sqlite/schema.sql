@@ -1,6 +1,8 @@
--- Aquifer job store schema (SQLite), version 2. Applied at open when the
+-- Aquifer job store schema (SQLite), version 3. Applied at open when the
 -- database is new; older versions are migrated step by step (migrations in
--- store.go).
+-- migrate.go), and a migrated database ends up with exactly this schema
+-- (migrate_test.go checks it). doc.go explains the indexes and shows the
+-- plans of the operator's queries over them.
 --
 -- One row per job lifecycle: the request, its result, and the delivery of
 -- that result to the job's webhook_url.
@@ -40,7 +42,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     delivery_status       TEXT    NOT NULL DEFAULT '',
     delivery_attempts     INTEGER NOT NULL DEFAULT 0,
     delivery_response     INTEGER NOT NULL DEFAULT 0,
-    delivery_reason       TEXT    NOT NULL DEFAULT ''
+    delivery_reason       TEXT    NOT NULL DEFAULT '',
+    -- The job's last attempts, oldest first (storekit.EncodeHistory; '' for
+    -- none).
+    history               TEXT    NOT NULL DEFAULT '',
+    -- Derived at insert, for the operator's filters (none of them changes
+    -- after it): the upstream of lane (domain.QueueKey.Upstream), the tenant
+    -- scoping user_id ('' when unscoped), and the path of url (domain.URLPath,
+    -- which the q filter searches).
+    upstream              TEXT    NOT NULL DEFAULT '',
+    tenant                TEXT    NOT NULL DEFAULT '',
+    url_path              TEXT    NOT NULL DEFAULT ''
 );
 
 -- Idempotency: a real unique index on the two key columns, not a hash of
@@ -51,8 +63,45 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency ON jobs (user_id, idempotent_
 -- jobs cost nothing here. Counts and the stale sweep also read through it.
 CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (ready_lane, ready_seq) WHERE ready_lane != '';
 
--- Deliberately no index on expires_at: every status change would pay to
--- maintain it, while the purge that would use it runs once a minute and scans
--- from a read connection instead, never holding the writer.
+-- The operator's listings, newest first: one index per filter that must
+-- find a first page without scanning the table. Only jobs_status changes
+-- after insert (with the status and the expiry); the others are written once
+-- per job. expires_at rides along in jobs_status so that counting by status
+-- reads the index alone. jobs_tenant is partial: a deployment without
+-- tenants pays nothing for it.
+CREATE INDEX IF NOT EXISTS jobs_status   ON jobs (status, seq, expires_at);
+CREATE INDEX IF NOT EXISTS jobs_upstream ON jobs (upstream, seq);
+CREATE INDEX IF NOT EXISTS jobs_user     ON jobs (user_id, seq);
+CREATE INDEX IF NOT EXISTS jobs_tenant   ON jobs (tenant, seq) WHERE tenant != '';
 
-PRAGMA user_version = 2;
+-- Deliberately no index led by expires_at: every status change would pay to
+-- maintain it, while the purge that would use it runs once a minute and scans
+-- from a read connection instead (jobs_status, which carries expires_at, is
+-- the narrowest thing to scan), never holding the writer.
+
+-- Bulk retries and cancels (domain.Operation). processed is what RunBatch
+-- compares before it saves a batch's progress; filter is
+-- storekit.EncodeFilter's JSON. A handful of rows: no index but the key.
+CREATE TABLE IF NOT EXISTS operations (
+    id         TEXT    PRIMARY KEY,
+    kind       TEXT    NOT NULL,
+    state      TEXT    NOT NULL,
+    filter     TEXT    NOT NULL DEFAULT '{}',
+    cursor_seq INTEGER NOT NULL DEFAULT 0,
+    total      INTEGER NOT NULL DEFAULT 0,
+    processed  INTEGER NOT NULL DEFAULT 0,
+    changed    INTEGER NOT NULL DEFAULT 0,
+    skipped    INTEGER NOT NULL DEFAULT 0,
+    error      TEXT    NOT NULL DEFAULT '',
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Destinations an operator paused (domain.LanePause), by upstream.
+CREATE TABLE IF NOT EXISTS lane_pauses (
+    upstream TEXT    PRIMARY KEY,
+    at       INTEGER NOT NULL,
+    reason   TEXT    NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+
+PRAGMA user_version = 3;

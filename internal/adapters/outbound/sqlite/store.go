@@ -1,23 +1,8 @@
-// Package sqlite is Aquifer's default JobStore: one embedded SQLite database
-// (pure Go, modernc.org/sqlite) in WAL mode.
-//
-// Writes go through a single writer goroutine that gathers every operation
-// waiting at the moment it starts a transaction and commits them together:
-// group commit. With synchronous=FULL each commit is one fsync of the WAL, so
-// N concurrent inserts cost one fsync instead of N, and every caller still
-// returns only after its own row is durable (the operations, submitting them
-// and waiting are internal/storekit's, shared with the other durable
-// stores). Reads use a separate pool of read-only connections, which WAL
-// lets run beside the writer.
-//
-// Each job is one row for its whole lifecycle (request, result, webhook
-// delivery); see schema.sql.
 package sqlite
 
 import (
 	"context"
 	"database/sql"
-	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -32,17 +17,6 @@ import (
 	"github.com/aquiferhq/aquifer/internal/ports"
 	"github.com/aquiferhq/aquifer/internal/storekit"
 )
-
-//go:embed schema.sql
-var schema string
-
-// schemaVersion is the PRAGMA user_version schema.sql sets.
-const schemaVersion = 2
-
-// migrations[v] upgrades a version-v database to v+1, in one transaction.
-var migrations = map[int]string{
-	1: `ALTER TABLE jobs ADD COLUMN deferrals INTEGER NOT NULL DEFAULT 0; PRAGMA user_version = 2;`,
-}
 
 // Sync is the SQLite synchronous level.
 type Sync string
@@ -107,8 +81,9 @@ type Store struct {
 	// goroutine touches it.
 	seq int64
 
-	w                  *storekit.Writer // the single writer; its commit is Store.commit
-	storekit.JobWrites                  // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
+	w                       *storekit.Writer // the single writer; its commit is Store.commit
+	storekit.JobWrites                       // Insert, Delete, MarkInFlight, Requeue, Finish, FinishDelivery, RecoverInFlight
+	storekit.OperatorWrites                  // Retry, SaveOperation, RunBatch, PauseLane, ResumeLane
 }
 
 // Stats are cumulative writer counters.
@@ -163,61 +138,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.w = storekit.Start(storekit.Config{MaxBatch: opts.MaxBatch, GatherYields: opts.GatherYields}, s.commit)
-	s.JobWrites = s.w.JobWrites()
+	s.JobWrites, s.OperatorWrites = s.w.JobWrites(), s.w.OperatorWrites()
 	return s, nil
-}
-
-// migrate applies the schema to a new database, checks the version of an
-// existing one, and loads the writer's counter.
-func (s *Store) migrate(ctx context.Context) error {
-	var version int
-	if err := s.wdb.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return fmt.Errorf("read schema version of %s: %w", s.opts.Path, err)
-	}
-	switch version {
-	case 0:
-		var tables int
-		if err := s.wdb.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").Scan(&tables); err != nil {
-			return fmt.Errorf("inspect %s: %w", s.opts.Path, err)
-		}
-		if tables > 0 {
-			return fmt.Errorf("%s holds a jobs table from a pre-release development build; move it away to start fresh", s.opts.Path)
-		}
-		if _, err := s.wdb.ExecContext(ctx, schema); err != nil {
-			return fmt.Errorf("apply sqlite schema to %s: %w", s.opts.Path, err)
-		}
-	case schemaVersion:
-	default:
-		if version > schemaVersion {
-			return fmt.Errorf("%s has schema version %d; this aquiferd understands up to %d (downgrades are not supported)",
-				s.opts.Path, version, schemaVersion)
-		}
-		for v := version; v < schemaVersion; v++ {
-			if err := s.migrateStep(ctx, v); err != nil {
-				return err
-			}
-		}
-	}
-	if err := s.wdb.QueryRowContext(ctx, "SELECT coalesce(max(max(seq), max(ready_seq)), 0) FROM jobs").Scan(&s.seq); err != nil {
-		return fmt.Errorf("read sequence of %s: %w", s.opts.Path, err)
-	}
-	return nil
-}
-
-func (s *Store) migrateStep(ctx context.Context, from int) error {
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate %s from version %d: %w", s.opts.Path, from, err)
-	}
-	if _, err := tx.ExecContext(ctx, migrations[from]); err != nil {
-		_ = tx.Rollback()
-		return fmt.Errorf("migrate %s from version %d: %w", s.opts.Path, from, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate %s from version %d: %w", s.opts.Path, from, err)
-	}
-	s.log.Info("migrated the job store schema", zap.Int("from", from), zap.Int("to", from+1))
-	return nil
 }
 
 func dsn(path string, sync Sync, readOnly bool) string {
@@ -248,7 +170,7 @@ func (s *Store) Close() error {
 // connection; the writer then resets each one only if it is still in flight
 // since before the cut-off.
 func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT "+storekit.JobColumns+
+	rows, err := s.rdb.QueryContext(ctx, "SELECT "+jobColumns+
 		" FROM jobs WHERE ready_lane != '' AND status = 'in_flight' AND dispatched_at < ? ORDER BY ready_seq",
 		storekit.Millis(p.DispatchedBefore))
 	if err != nil {
@@ -297,13 +219,17 @@ var (
 	_ ports.TenantCounter = (*Store)(nil)
 )
 
-// CountUnfinished implements ports.TenantCounter: a range over the
-// idempotency index's user_id prefix.
+// countUnfinishedSQL reads a range of user_ids. The unary plus keeps SQLite
+// from reading jobs_status instead: that would visit every unfinished job of
+// every tenant, where the range visits one tenant's jobs (TestQueryPlans).
+const countUnfinishedSQL = `SELECT count(*) FROM jobs WHERE user_id >= ? AND user_id < ?
+	AND +status IN ('queued', 'in_flight') AND (expires_at = 0 OR expires_at > ?)`
+
+// CountUnfinished implements ports.TenantCounter: a range over the user_id
+// prefix in jobs_user.
 func (s *Store) CountUnfinished(ctx context.Context, prefix string) (int64, error) {
 	var n int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE user_id >= ? AND user_id < ?
-		AND status IN ('queued', 'in_flight') AND (expires_at = 0 OR expires_at > ?)`,
-		prefix, prefixEnd(prefix), storekit.Millis(time.Now())).Scan(&n)
+	err := s.rdb.QueryRowContext(ctx, countUnfinishedSQL, prefix, prefixEnd(prefix), storekit.Millis(time.Now())).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count a tenant's jobs: %w", err)
 	}
@@ -377,7 +303,7 @@ func (s *Store) DeleteFinished(ctx context.Context, throughSeq int64, limit int)
 
 // Get implements ports.JobStore.
 func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
-	j, err := storekit.ScanJob(s.reads.get.QueryRowContext(ctx, string(id)))
+	j, err := scanJob(s.reads.get.QueryRowContext(ctx, string(id)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, domain.ErrNotFound
 	}
@@ -392,7 +318,7 @@ func (s *Store) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
 
 // Lookup implements ports.JobStore.
 func (s *Store) Lookup(ctx context.Context, userID, idempotentKey string) (*domain.Job, error) {
-	j, err := storekit.ScanJob(s.reads.lookup.QueryRowContext(ctx, userID, idempotentKey))
+	j, err := scanJob(s.reads.lookup.QueryRowContext(ctx, userID, idempotentKey))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, domain.ErrNotFound
 	}
@@ -481,6 +407,17 @@ func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
+// The lanes' reads of their queues. SQLite uses the partial index
+// jobs_ready only for a query that states the index's condition (a
+// ready_lane that is not empty) word for word: "ready_lane = ?" alone does
+// not prove it, and the plan would scan the table (TestQueryPlans).
+const (
+	positionSQL = `SELECT count(*) FROM jobs WHERE ready_lane = ? AND ready_lane != '' AND ready_seq < ?
+		AND status != 'in_flight' AND expires_at > ?`
+	listReadySQL = "SELECT " + jobColumns + ` FROM jobs WHERE ready_lane = ? AND ready_lane != '' AND ready_seq > ?
+		AND status != 'in_flight' AND expires_at > ? ORDER BY ready_seq LIMIT ?`
+)
+
 // readStmts are prepared once; database/sql re-prepares them lazily on each
 // pooled connection, so reads never re-parse SQL.
 type readStmts struct {
@@ -489,19 +426,16 @@ type readStmts struct {
 
 func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 	var err error
-	if r.get, err = db.PrepareContext(ctx, "SELECT "+storekit.JobColumns+" FROM jobs WHERE id = ?"); err != nil {
+	if r.get, err = db.PrepareContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id = ?"); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
-	if r.lookup, err = db.PrepareContext(ctx, "SELECT "+storekit.JobColumns+" FROM jobs WHERE user_id = ? AND idempotent_key = ?"); err != nil {
+	if r.lookup, err = db.PrepareContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE user_id = ? AND idempotent_key = ?"); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
-	if r.position, err = db.PrepareContext(ctx, `SELECT count(*) FROM jobs
-		WHERE ready_lane = ? AND ready_seq < ? AND status != 'in_flight' AND expires_at > ?`); err != nil {
+	if r.position, err = db.PrepareContext(ctx, positionSQL); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
-	r.listReady, err = db.PrepareContext(ctx, "SELECT "+storekit.JobColumns+
-		" FROM jobs WHERE ready_lane = ? AND ready_seq > ? AND status != 'in_flight' AND expires_at > ? ORDER BY ready_seq LIMIT ?")
-	if err != nil {
+	if r.listReady, err = db.PrepareContext(ctx, listReadySQL); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
 	return nil

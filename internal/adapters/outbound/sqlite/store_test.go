@@ -29,3 +29,7 @@ func TestContractSyncNormal(t *testing.T) {
 func TestLedgerContract(t *testing.T) {
 	storetest.ExerciseLedger(t, func(t *testing.T) ports.JobStore { return open(t, sqlite.SyncFull) })
 }
+
+func TestOperatorContract(t *testing.T) {
+	storetest.ExerciseOperator(t, func(t *testing.T) ports.JobStore { return open(t, sqlite.SyncFull) })
+}

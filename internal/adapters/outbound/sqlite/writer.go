@@ -33,6 +33,11 @@ func (r rowStmt) exec(ctx context.Context, tx *sql.Tx, seq int64, id domain.JobI
 type writeStmts struct {
 	insert, selectByKey, deleteBySeq, deleteByID, purge, deleteFinished, resetStale, statusOf *sql.Stmt
 	markInFlight, requeue, requeueDelivery, finish, finishDelivery                            rowStmt
+
+	// The operator's writes (operator_writer.go).
+	selectJob                          rowQuery
+	retry, cancel                      rowStmt
+	processedOf, saveOp, pause, resume *sql.Stmt
 }
 
 func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -51,10 +56,11 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		return rowStmt{byID: p(q + " AND id = ?"), bySeq: p(q + " AND seq = ? AND id = ?")}
 	}
 	w.insert = p(`INSERT INTO jobs (seq, id, user_id, idempotent_key, url, pool_id, method, headers, body,
-		webhook_url, lane, status, attempts, created_at, updated_at, expires_at, ready_lane, ready_seq)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		webhook_url, lane, status, attempts, created_at, updated_at, expires_at, ready_lane, ready_seq,
+		history, upstream, tenant, url_path)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (user_id, idempotent_key) DO NOTHING`)
-	w.selectByKey = p("SELECT " + storekit.JobColumns + " FROM jobs WHERE user_id = ? AND idempotent_key = ?")
+	w.selectByKey = p("SELECT " + jobColumns + " FROM jobs WHERE user_id = ? AND idempotent_key = ?")
 	w.deleteBySeq = p("DELETE FROM jobs WHERE seq = ?")
 	w.deleteByID = p("DELETE FROM jobs WHERE id = ?")
 	w.statusOf = p("SELECT status FROM jobs WHERE id = ?")
@@ -64,18 +70,21 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		WHERE id = ? AND status = 'in_flight' AND dispatched_at < ?`)
 	w.markInFlight = row(`UPDATE jobs SET status = 'in_flight', dispatched_at = ?, updated_at = ?
 		WHERE status IN ('queued', 'in_flight')`)
-	w.requeue = row(`UPDATE jobs SET status = 'queued', attempts = ?, deferrals = ?, updated_at = ?, expires_at = ?
-		WHERE status IN ('queued', 'in_flight')`)
+	w.requeue = row(`UPDATE jobs SET status = 'queued', attempts = ?, deferrals = ?, updated_at = ?, expires_at = ?,
+		history = coalesce(?, history) WHERE status IN ('queued', 'in_flight')`)
 	w.requeueDelivery = row(`UPDATE jobs SET delivery_attempts = ?, deferrals = ?, delivery_response = ?, delivery_reason = ?,
 		updated_at = ? WHERE delivery_status = 'pending'`)
 	w.finish = row(`UPDATE jobs SET status = ?, attempts = ?, updated_at = ?, expires_at = ?, response_status = ?,
 		response_body = ?, response_truncated = ?, response_content_type = ?, reason = ?,
-		ready_lane = ?, ready_seq = ?, delivery_status = ?, deferrals = 0
+		ready_lane = ?, ready_seq = ?, delivery_status = ?, deferrals = 0, history = coalesce(?, history)
 		WHERE status IN ('queued', 'in_flight')`)
 	w.finishDelivery = row(`UPDATE jobs SET delivery_status = ?, delivery_attempts = ?, delivery_response = ?,
 		delivery_reason = ?, updated_at = ?, ready_lane = '',
 		expires_at = ? + CASE status WHEN 'completed' THEN ? ELSE ? END
 		WHERE delivery_status = 'pending'`)
+	w.prepareOperator(p, row, func(q string) rowQuery {
+		return rowQuery{byID: p(q + " WHERE id = ?"), bySeq: p(q + " WHERE seq = ? AND id = ?")}
+	})
 	if err != nil {
 		return fmt.Errorf("prepare sqlite statements: %w", err)
 	}
@@ -162,7 +171,12 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit
 		case domain.PhaseDeliver:
 			n, err = s.stmts.requeueDelivery.exec(ctx, tx, o.Seq, o.ID, p.Attempts, p.Deferrals, p.Response, p.Reason, storekit.Millis(p.Now))
 		case domain.PhaseDispatch:
-			n, err = s.stmts.requeue.exec(ctx, tx, o.Seq, o.ID, p.Attempts, p.Deferrals, storekit.Millis(p.Now), storekit.Millis(p.Now.Add(domain.QueuedTTL)))
+			var history any
+			if history, err = historyArg(p.History); err != nil {
+				return storekit.Result{}, err
+			}
+			n, err = s.stmts.requeue.exec(ctx, tx, o.Seq, o.ID, p.Attempts, p.Deferrals, storekit.Millis(p.Now),
+				storekit.Millis(p.Now.Add(domain.QueuedTTL)), history)
 		}
 		if err != nil {
 			return storekit.Result{}, fmt.Errorf("requeue job: %w", err)
@@ -177,7 +191,8 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit
 			status = domain.DeliveryFailed
 		}
 		n, err := s.stmts.finishDelivery.exec(ctx, tx, o.Seq, o.ID, string(status), p.Attempts, p.Response, p.Reason,
-			storekit.Millis(p.Now), storekit.Millis(p.Now), domain.CompletedTTL.Milliseconds(), domain.FailedTTL.Milliseconds())
+			storekit.Millis(p.Now), storekit.Millis(p.Now), domain.RetentionTTL(domain.StatusCompleted, p.Retention).Milliseconds(),
+			domain.RetentionTTL(domain.StatusFailed, p.Retention).Milliseconds())
 		if err != nil {
 			return storekit.Result{}, fmt.Errorf("finish delivery: %w", err)
 		}
@@ -210,6 +225,23 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit
 			return storekit.Result{}, fmt.Errorf("write probe: %w", err)
 		}
 		return storekit.Result{}, nil
+	case storekit.OpRetry:
+		return s.applyRetry(ctx, tx, o.Retry)
+	case storekit.OpRunBatch:
+		return s.applyRunBatch(ctx, tx, o.Batch)
+	case storekit.OpSaveOperation:
+		return storekit.Result{}, s.saveOperation(ctx, tx, o.Operation)
+	case storekit.OpPauseLane:
+		_, err := tx.StmtContext(ctx, s.stmts.pause).ExecContext(ctx, string(o.Pause.Upstream), storekit.Millis(o.Pause.At), o.Pause.Reason)
+		if err != nil {
+			return storekit.Result{}, fmt.Errorf("pause lane: %w", err)
+		}
+		return storekit.Result{}, nil
+	case storekit.OpResumeLane:
+		if _, err := tx.StmtContext(ctx, s.stmts.resume).ExecContext(ctx, string(o.Upstream)); err != nil {
+			return storekit.Result{}, fmt.Errorf("resume lane: %w", err)
+		}
+		return storekit.Result{}, nil
 	case storekit.OpDeleteFinished:
 		var n int64
 		st := tx.StmtContext(ctx, s.stmts.deleteFinished)
@@ -234,12 +266,17 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 	if err != nil {
 		return nil, false, err
 	}
+	history, err := storekit.EncodeHistory(j.History)
+	if err != nil {
+		return nil, false, err
+	}
+	d := derive(j.Queue, j.UserID, j.URL)
 	for range 2 {
 		seq := s.seq + 1
 		res, err := tx.StmtContext(ctx, s.stmts.insert).ExecContext(ctx,
 			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, headers, nullBytes(j.Body),
 			j.WebhookURL, string(j.Queue), string(j.Status), j.Attempts, storekit.Millis(j.CreatedAt), storekit.Millis(j.UpdatedAt),
-			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), seq)
+			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), seq, history, d.upstream, d.tenant, d.urlPath)
 		if err != nil {
 			return nil, false, fmt.Errorf("insert job: %w", err)
 		}
@@ -249,7 +286,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 			stored.Seq, stored.ReadySeq = seq, seq
 			return &stored, true, nil
 		}
-		existing, err := storekit.ScanJob(tx.StmtContext(ctx, s.stmts.selectByKey).QueryRowContext(ctx, j.UserID, j.IdempotentKey))
+		existing, err := scanJob(tx.StmtContext(ctx, s.stmts.selectByKey).QueryRowContext(ctx, j.UserID, j.IdempotentKey))
 		if err != nil {
 			return nil, false, fmt.Errorf("read existing job: %w", err)
 		}
@@ -271,19 +308,14 @@ func (s *Store) applyFinish(ctx context.Context, tx *sql.Tx, p *ports.FinishPara
 	if r == nil {
 		r = &domain.Result{}
 	}
-	var (
-		readySeq  int64
-		delivery  string
-		expiresAt = p.Now.Add(domain.TTL(p.Status))
-	)
-	if p.DeliverIn != "" {
-		readySeq = s.seq + 1
-		delivery = string(domain.DeliveryPending)
-		expiresAt = p.Now.Add(max(domain.TTL(p.Status), domain.QueuedTTL)) // time to deliver
+	history, err := historyArg(p.History)
+	if err != nil {
+		return storekit.Result{}, err
 	}
+	readySeq, delivery, expiresAt := s.deliveryDue(p.DeliverIn, p.Now, domain.RetentionTTL(p.Status, p.Retention))
 	n, err := s.stmts.finish.exec(ctx, tx, p.Seq, p.ID,
 		string(p.Status), p.Attempts, storekit.Millis(p.Now), storekit.Millis(expiresAt), r.ResponseStatus, nullBytes(r.Body),
-		boolInt(r.BodyTruncated), r.ContentType, r.Reason, string(p.DeliverIn), readySeq, delivery)
+		boolInt(r.BodyTruncated), r.ContentType, r.Reason, string(p.DeliverIn), readySeq, delivery, history)
 	if err != nil {
 		return storekit.Result{}, fmt.Errorf("finish job: %w", err)
 	}
@@ -299,6 +331,27 @@ func (s *Store) applyFinish(ctx context.Context, tx *sql.Tx, p *ports.FinishPara
 		return storekit.Result{}, fmt.Errorf("finish job: %w", err)
 	}
 	return storekit.Result{}, nil // already terminal
+}
+
+// deliveryDue is what finishing a job sets besides its result: for a job
+// whose result goes to a webhook receiver's lane (deliverIn), the next
+// ready_seq (taken from the counter only once the update succeeds), a
+// pending delivery and time to deliver it; for any other job, nothing left
+// to do and the retention ttl of its status.
+func (s *Store) deliveryDue(deliverIn domain.QueueKey, now time.Time, ttl time.Duration) (readySeq int64, delivery string, expiresAt time.Time) {
+	if deliverIn == "" {
+		return 0, "", now.Add(ttl)
+	}
+	return s.seq + 1, string(domain.DeliveryPending), now.Add(max(ttl, domain.QueuedTTL))
+}
+
+// historyArg is the argument of "history = coalesce(?, history)": NULL keeps
+// the stored history (h is nil), anything else replaces it.
+func historyArg(h []domain.Attempt) (any, error) {
+	if h == nil {
+		return nil, nil
+	}
+	return storekit.EncodeHistory(h)
 }
 
 func (s *Store) resetStale(ctx context.Context, tx *sql.Tx, candidates []*domain.Job, p *ports.ResetStaleParams) (storekit.Result, error) {

@@ -1,0 +1,141 @@
+// Package sqlite is Aquifer's default JobStore: one embedded SQLite database
+// (pure Go, modernc.org/sqlite) in WAL mode. It also implements
+// ports.OperatorStore (listing, counting, retrying and bulk-acting on jobs,
+// lane pauses), ports.LedgerStore and ports.TenantCounter.
+//
+// # Group commit
+//
+// Writes go through a single writer goroutine that gathers every operation
+// waiting at the moment it starts a transaction and commits them together:
+// group commit. With synchronous=FULL each commit is one fsync of the WAL, so
+// N concurrent inserts cost one fsync instead of N, and every caller still
+// returns only after its own row is durable (the operations, submitting them
+// and waiting are internal/storekit's, shared with the other durable
+// stores). The operator's writes (a retry, a bulk batch, saving an operation,
+// a pause) are operations of the same writer, committed in the same groups.
+// Reads use a separate pool of read-only connections, which WAL lets run
+// beside the writer: listing and counting never hold it, however long they
+// take.
+//
+// # Schema
+//
+// Each job is one row for its whole lifecycle (request, result, webhook
+// delivery, and its last domain.MaxHistory attempts as JSON in history); see
+// schema.sql. Three columns exist for the operator's filters and are derived
+// once, at insert, from values that never change: upstream (the upstream of
+// the job's queue, what the destination filter compares), tenant (the tenant
+// scoping user_id, empty when unscoped) and url_path (the URL's path, which the
+// q filter searches; the query string is left out). Bulk operations and lane
+// pauses have a small table each. Older databases are migrated at open, one
+// version per transaction (migrate.go); version 3 fills the derived columns
+// of existing rows a thousand at a time before it builds their indexes.
+//
+// # Indexes, and what each costs a job
+//
+//	jobs (rowid = seq)                          newest first: walk the table backwards
+//	jobs_idempotency (user_id, idempotent_key)  unique: insert-if-absent, Lookup
+//	jobs_ready (ready_lane, ready_seq)          partial (ready_lane != ''): lanes page their queues
+//	jobs_status (status, seq, expires_at)       listing by status; counts read it alone
+//	jobs_upstream (upstream, seq)               listing by destination
+//	jobs_user (user_id, seq)                    listing by user
+//	jobs_tenant (tenant, seq)                   partial (tenant != ''): listing by tenant
+//
+// jobs_upstream, jobs_user and jobs_tenant are written once, at insert, and
+// never again: none of their columns changes. jobs_status is rewritten with
+// every change of status or expiry (mark in flight, requeue, finish, the
+// end of a delivery); expires_at rides along in it so that counting by
+// status needs no row. A deployment without tenants writes nothing to
+// jobs_tenant. There is no index led by expires_at (every status change
+// would pay for it); the purge's once-a-minute scan reads jobs_status, the
+// narrowest thing holding expires_at. A job's history is a column of its
+// row, rewritten by the Requeue or Finish that brings a new one, and no
+// index holds it.
+//
+// The three entries an insert now writes besides the row are its price: on
+// the 2-core development machine BenchmarkInsertParallel spends about a
+// quarter more of the writer's time per insert than with the version-2
+// schema, and BenchmarkLifecycle about a fifth more per job. Carrying status
+// and expires_at in jobs_upstream, jobs_user and jobs_tenant too would make
+// their counts read the index alone, but every change of status would then
+// rewrite four indexes instead of one; they are left narrow, and counting by
+// them reads rows (see Counting).
+//
+// # Listing
+//
+// ListJobs is one SELECT newest first (ORDER BY seq DESC LIMIT n) whose
+// WHERE holds the filter exactly as domain.JobFilter.Matches states it
+// (operator.go: filterWhere). SQLite picks the index of the filter's
+// equality, reads its range from the cursor (seq < BeforeSeq) backwards and
+// stops when the page is full, checking the other conditions on each row;
+// it never sorts. A filter of several statuses is one arm per status joined
+// by UNION ALL, which SQLite merges by seq. The plans, as EXPLAIN QUERY PLAN
+// prints them for a first page (TestQueryPlans pins every one):
+//
+//	(no filter)               SCAN jobs
+//	status=failed             SEARCH jobs USING INDEX jobs_status (status=?)
+//	 ... next page            SEARCH jobs USING INDEX jobs_status (status=? AND seq<?)
+//	status=queued&in_flight   MERGE (UNION ALL)
+//	                            LEFT
+//	                              SEARCH jobs USING INDEX jobs_status (status=?)
+//	                            RIGHT
+//	                              SEARCH jobs USING INDEX jobs_status (status=?)
+//	destination               SEARCH jobs USING INDEX jobs_upstream (upstream=?)
+//	destination&status        SEARCH jobs USING INDEX jobs_upstream (upstream=?)
+//	user_id                   SEARCH jobs USING INDEX jobs_user (user_id=?)
+//	tenant                    SEARCH jobs USING INDEX jobs_tenant (tenant=?)
+//	tenant&status             SEARCH jobs USING INDEX jobs_tenant (tenant=?)
+//	tenant&user_id            SEARCH jobs USING INDEX jobs_user (user_id=?)
+//	q (alone)                 SCAN jobs
+//
+// A first page reads about as many rows as it returns when the filter's
+// jobs are common among the newest. A filter combining an index's equality
+// with a rare status (failed jobs of one destination) walks that index until
+// it has a page; filters with no indexed equality (pool_id, created_after or
+// created_before, response_status, q) walk the table newest first the same
+// way. The worst case — a page that is never filled — reads every row the
+// index (or the table) holds for it.
+//
+// # Counting
+//
+// CountJobs is one SELECT status, count(*) ... GROUP BY status over the
+// filter but its statuses:
+//
+//	(no filter, or statuses only)  SCAN jobs USING COVERING INDEX jobs_status
+//	destination                    SEARCH jobs USING INDEX jobs_upstream (upstream=?)
+//	                               USE TEMP B-TREE FOR GROUP BY
+//	user_id                        SEARCH jobs USING INDEX jobs_user (user_id=?)
+//	                               USE TEMP B-TREE FOR GROUP BY
+//	tenant                         SEARCH jobs USING INDEX jobs_tenant (tenant=?)
+//	                               USE TEMP B-TREE FOR GROUP BY
+//	q, pool_id, created_*, ...     SCAN jobs (NOT INDEXED: the table in order)
+//	                               USE TEMP B-TREE FOR GROUP BY
+//
+// Without a filter the count reads jobs_status alone, a few bytes a job. By
+// destination, user or tenant it reads the index range and the rows in it
+// (for status and expiry), so it costs in proportion to that destination's,
+// user's or tenant's jobs. A q filter (or one with no indexed equality)
+// reads the whole table: it is the one count that scans.
+//
+// # The other reads
+//
+// ListReady and Position read jobs_ready (ready_lane=? AND ready_seq>?, and
+// <?). Their SQL repeats the index's condition, that ready_lane is not
+// empty, next to "ready_lane = ?": without it SQLite cannot tell that the
+// partial index holds every row asked for, and scans the table. The new
+// indexes serve the maintenance reads too: ResetStale finds the in-flight
+// jobs through jobs_status, DeleteFinished the finished ones, the purge
+// scans jobs_status alone (SCAN jobs USING COVERING INDEX jobs_status), and
+// CountUnfinished, a tenant's quota, reads the tenant's range of jobs_user
+// (its SQL keeps SQLite off jobs_status, which would visit every tenant's
+// unfinished jobs).
+//
+// # Bulk operations
+//
+// RunBatch is one writer operation: it compares the stored operation's
+// processed count with PrevProcessed (a mismatch writes nothing and returns
+// ports.ErrOperationConflict), re-queues or cancels each listed job still in
+// a state to be acted on (the condition is in the UPDATE's WHERE, so a job
+// that moved on is left alone and none is changed twice), and saves the
+// operation's new progress, all in the group's transaction: after a crash
+// the jobs' changes and the progress are both there or both absent.
+package sqlite
