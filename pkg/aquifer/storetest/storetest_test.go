@@ -30,4 +30,5 @@ func TestSQLiteStore(t *testing.T) {
 	}
 	storetest.Run(t, open)
 	storetest.RunLedger(t, open)
+	storetest.RunOperator(t, open)
 }
