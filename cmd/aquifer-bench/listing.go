@@ -12,10 +12,11 @@ import (
 )
 
 // runListing is the ingest scenario with an operator listing all the while:
-// one client pages GET /jobs (the first page with its counts, by status,
-// then by destination) back to back for as long as ingest runs. Run with
-// ingest in the same invocation (-scenario ingest,listing) to compare: the
-// store's reads must not hold up its writer.
+// one client fetches first pages of GET /jobs (with their counts; by
+// status, destination, q) every -list-interval for as long as ingest runs
+// (0: back to back, as fast as the daemon answers). Run with ingest in the
+// same invocation (-scenario ingest,listing) to compare: the store's reads
+// must not hold up its writer.
 func runListing(ctx context.Context, o options) ([]result, error) {
 	target, err := newTarget()
 	if err != nil {
@@ -67,6 +68,12 @@ func runListing(ctx context.Context, o options) ([]result, error) {
 				continue
 			}
 			lats = append(lats, time.Since(start))
+			if o.listInterval > 0 {
+				select {
+				case <-time.After(o.listInterval):
+				case <-lctx.Done():
+				}
+			}
 		}
 	}()
 	cpu0, self0 := d.cpuTime(), selfCPU()
@@ -80,7 +87,8 @@ func runListing(ctx context.Context, o options) ([]result, error) {
 		}
 		return lats[min(len(lats)-1, int(p*float64(len(lats))))]
 	}
-	note := fmt.Sprintf("%d listings during ingest (p50 %s, p99 %s, %d failed)", len(lats), ms(pct(0.5)), ms(pct(0.99)), fails)
+	note := fmt.Sprintf("%d listings during ingest, one every %v after the last (p50 %s, p99 %s, %d failed)", len(lats), o.listInterval,
+		ms(pct(0.5)), ms(pct(0.99)), fails)
 	if first != "" {
 		note += "; first failure: " + first
 	}

@@ -31,18 +31,19 @@ import (
 )
 
 type options struct {
-	aquiferd  string
-	addr      string
-	jobs      int
-	clients   int
-	backlog   int
-	scenarios []string
-	sync      string
-	store     string
-	timeout   time.Duration
-	bodyBytes int
-	keep      bool
-	quiet     bool
+	listInterval time.Duration // listing scenario: pause between listings
+	aquiferd     string
+	addr         string
+	jobs         int
+	clients      int
+	backlog      int
+	scenarios    []string
+	sync         string
+	store        string
+	timeout      time.Duration
+	bodyBytes    int
+	keep         bool
+	quiet        bool
 
 	pgDSN string
 
@@ -79,6 +80,8 @@ func main() {
 	flag.Float64Var(&o.pacingSeconds, "pacing-seconds", 5, "seconds of work queued per rate in the pacing scenario")
 	flag.IntVar(&o.flood, "flood", 5000, "jobs the noisy tenant floods in the fairness scenario")
 	flag.IntVar(&o.quiet5, "quiet-jobs", 5, "jobs the quiet tenant sends in the fairness scenario")
+	flag.DurationVar(&o.listInterval, "list-interval", 100*time.Millisecond,
+		"pause between the listing scenario's GET /jobs (0: back to back); 100ms is ten times a dashboard's refresh")
 	flag.Parse()
 	if scen == "all" {
 		scen = "ceiling,ingest,e2e,backlog,pacing,fairness,listing,cluster"

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -57,7 +60,8 @@ type JobPage struct {
 	// Counts is, for the first page (no cursor), how many jobs match the
 	// query's other filters in each status — whatever Statuses says, so a
 	// view can show every tab's count. Nil on later pages: counting a large
-	// store is not free, and it does not change while paging.
+	// store is not free, and it does not change while paging. Counts of the
+	// same filter are reused for a second.
 	Counts map[domain.Status]int64
 }
 
@@ -183,12 +187,54 @@ func (s *Service) ListJobs(ctx context.Context, q *JobQuery) (*JobPage, error) {
 	}
 	page.Jobs = jobs
 	if q.Cursor == "" {
-		if page.Counts, err = st.CountJobs(ctx, &ports.CountJobsParams{Filter: f, Now: now}); err != nil {
+		if page.Counts, err = s.counts.get(ctx, st, f, now); err != nil {
 			return nil, domain.StoreFailure("count jobs", err)
 		}
 		s.countRunning(page.Counts, f)
 	}
 	return page, nil
+}
+
+// countCache keeps the counts of recent listings' filters for a second:
+// a dashboard or a script polling the same first page must not make the
+// store count a large table on every poll. Counts may be that much old;
+// the jobs listed never are.
+type countCache struct {
+	mu      sync.Mutex
+	entries map[string]countEntry
+}
+
+type countEntry struct {
+	at     time.Time
+	counts map[domain.Status]int64
+}
+
+const (
+	countTTL        = time.Second
+	countCacheLimit = 256
+)
+
+func (c *countCache) get(ctx context.Context, st ports.OperatorStore, f domain.JobFilter, now time.Time) (map[domain.Status]int64, error) {
+	f.Statuses = nil // counts cover every status
+	key := fmt.Sprintf("%q|%q|%q|%q|%d|%d|%d|%q", f.Tenant, f.UserID, f.Destination, f.PoolID,
+		f.CreatedAfter.UnixMilli(), f.CreatedBefore.UnixMilli(), f.ResponseStatus, f.Q)
+	c.mu.Lock()
+	if e, ok := c.entries[key]; ok && now.Sub(e.at) < countTTL && !now.Before(e.at) {
+		c.mu.Unlock()
+		return maps.Clone(e.counts), nil
+	}
+	c.mu.Unlock()
+	counts, err := st.CountJobs(ctx, &ports.CountJobsParams{Filter: f, Now: now})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) >= countCacheLimit {
+		c.entries = make(map[string]countEntry) // simplest bound: start over
+	}
+	c.entries[key] = countEntry{at: now, counts: maps.Clone(counts)}
+	return counts, nil
 }
 
 // present shows a stored job as the caller sees it: in flight when this

@@ -425,3 +425,29 @@ func TestBulkCancel(t *testing.T) {
 		t.Fatal("an operation was visible to a tenant that did not start it")
 	}
 }
+
+// TestListCountsAreReusedForASecond: the first page's counts of one filter
+// are counted once a second however often it is polled; the jobs listed
+// are always read afresh.
+func TestListCountsAreReusedForASecond(t *testing.T) {
+	target := newUpstream(t, nil)
+	b := setup(t, nil)
+	if _, err := b.svc.PauseLane(t.Context(), target.URL, ""); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, req("one", target.URL))
+	first, err := b.svc.ListJobs(t.Context(), &app.JobQuery{})
+	if err != nil || first.Counts[domain.StatusQueued] != 1 {
+		t.Fatalf("first listing = %+v, %v", first, err)
+	}
+	b.enqueue(t, req("two", target.URL))
+	again, err := b.svc.ListJobs(t.Context(), &app.JobQuery{Statuses: []domain.Status{domain.StatusQueued}})
+	if err != nil || len(again.Jobs) != 2 || again.Counts[domain.StatusQueued] != 1 {
+		t.Fatalf("within the second: %d jobs, counts %v, %v; want both jobs and the counts reused", len(again.Jobs), again.Counts, err)
+	}
+	clockOf(t).drv.For(1100 * time.Millisecond)
+	later, err := b.svc.ListJobs(t.Context(), &app.JobQuery{})
+	if err != nil || later.Counts[domain.StatusQueued] != 2 {
+		t.Fatalf("a second later: counts %v, %v; want 2 queued", later.Counts, err)
+	}
+}

@@ -45,6 +45,7 @@ type Service struct {
 	// bulk operations.
 	opStore ports.OperatorStore
 	ops     *ops.Runner
+	counts  countCache
 
 	// Cluster mode only (nil otherwise).
 	leases *lease.Leases
