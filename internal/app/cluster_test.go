@@ -555,3 +555,47 @@ func TestClusterSharedPools(t *testing.T) {
 		waitFor(t, "the leave to reach both processes", func() bool { _, ok := svc.Pools(t.Context())["p"]; return !ok })
 	}
 }
+
+// TestClusterPauseHoldsEveryInstance: a lane paused through one process is
+// paused for the other, whichever dispatches it, and a resume through the
+// other releases it.
+func TestClusterPauseHoldsEveryInstance(t *testing.T) {
+	target := newUpstream(t, nil)
+	h := newHub(t)
+	a, b := h.start(t, "a", nil), h.start(t, "b", nil)
+	if _, err := a.PauseLane(t.Context(), target.URL, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to see the pause", func() bool {
+		v, err := b.Lane(t.Context(), target.URL)
+		return err == nil && v.Paused != nil
+	})
+	var ids []domain.JobID
+	for i := range 6 {
+		svc := a
+		if i%2 == 1 {
+			svc = b
+		}
+		res, err := svc.Enqueue(t.Context(), req(fmt.Sprint("p", i), target.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.JobID)
+	}
+	clockOf(t).drv.For(5 * time.Second)
+	if n := target.count(); n != 0 {
+		t.Fatalf("a lane paused through a was dispatched %d times", n)
+	}
+	if _, err := b.ResumeLane(t.Context(), target.URL); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		waitFor(t, "every job to complete after the resume", func() bool {
+			j, err := a.Get(t.Context(), id)
+			return err == nil && j.Status == domain.StatusCompleted
+		})
+	}
+	if n := target.count(); n != len(ids) {
+		t.Fatalf("%d requests for %d jobs", n, len(ids))
+	}
+}
