@@ -5,7 +5,7 @@
 
 import { api, getKey, clearKey, onResponse, RETURN_KEY, REASON_KEY } from './api.js';
 import { h, text, attr } from './dom.js';
-import { toast } from './ui.js';
+import { toast, refreshTimes } from './ui.js';
 import overview from './pages/overview.js';
 import destinations from './pages/destinations.js';
 import destination from './pages/destination.js';
@@ -146,6 +146,7 @@ async function tick(c) {
   try {
     await c.view.refresh(c.ctrl.signal);
     if (c !== current) return;
+    refreshTimes(c.main);
     c.problem.hidden = true;
     if (!c.ready) {
       c.ready = true;

@@ -131,12 +131,14 @@ export function timeChart({ testId, title, series, format, height = 200, note = 
         s('text', { x: M.left - 6, y, dy: '0.32em', 'text-anchor': 'end' }, format(v)),
       );
     }
-    const firstTick = Math.ceil(sc.x0 / 120000) * 120000;
-    for (let t = firstTick; t <= now; t += 120000) {
-      const x = sc.x(t).toFixed(1);
+    // Time ticks a label's width apart at least: every 1, 2, 5 or 10 minutes.
+    const every = [1, 2, 5, 10].map((m) => m * 60000).find((st) => (sc.iw * st) / WINDOW_MS >= 72) || 600000;
+    for (let t = Math.ceil(sc.x0 / every) * every; t <= now; t += every) {
+      const x = sc.x(t);
+      const anchor = x > width - M.right - 30 ? 'end' : 'middle';
       grid.append(
-        s('line', { class: 'tick', x1: x, x2: x, y1: M.top, y2: height - M.bottom }),
-        s('text', { x, y: height - 6, 'text-anchor': 'middle' }, clock(t)),
+        s('line', { class: 'tick', x1: x.toFixed(1), x2: x.toFixed(1), y1: M.top, y2: height - M.bottom }),
+        s('text', { x: x.toFixed(1), y: height - 6, 'text-anchor': anchor }, clock(t)),
       );
     }
     const lines = s('g', { class: 'lines' });

@@ -1,4 +1,4 @@
-// Building DOM from data without innerHTML: job bodies, headers and error
+// Building DOM from data, never from markup strings: job bodies, headers and error
 // messages come from upstreams and tenants, so everything is text nodes.
 
 const SVG = 'http://www.w3.org/2000/svg';

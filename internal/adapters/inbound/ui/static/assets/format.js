@@ -97,9 +97,12 @@ export function relative(ms, now = Date.now()) {
   return relFmt.format(Math.round(diff / 86400), 'day');
 }
 
-/** The first 8 characters of a job id, enough to tell rows apart. */
+/**
+ * The end of a job id, enough to tell rows apart: ids begin with their
+ * creation time, so neighbours share their first characters.
+ */
 export function shortId(id) {
-  return id ? id.slice(0, 8) + '…' + id.slice(-4) : DASH;
+  return id ? '…' + id.slice(-10) : DASH;
 }
 
 /** The API's status names as people read them. */

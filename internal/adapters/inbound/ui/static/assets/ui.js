@@ -131,22 +131,42 @@ export function statTile(testId, label, href) {
   };
 }
 
-/** A <time> showing "3 min ago", the exact time on hover. */
+/**
+ * A <time> showing "3 min ago", the exact time on hover. The shell keeps
+ * every such element current after each refresh (refreshTimes), so pages
+ * need not redraw to let time pass.
+ */
 export function when(ms, now = Date.now()) {
-  const el = h('time');
+  const el = h('time', { class: 'rel' });
   setWhen(el, ms, now);
   return el;
 }
 
 export function setWhen(el, ms, now = Date.now()) {
+  attr(el, 'data-ms', ms || null);
   text(el, relative(ms, now));
   attr(el, 'datetime', ms ? new Date(ms).toISOString() : null);
   attr(el, 'title', ms ? dateTime(ms) : null);
 }
 
+/** An exact time with its relative one beside it: "4 May 2026, 10:00:01 (3 min ago)". */
+export function at(ms, now = Date.now()) {
+  return ms ? [dateTime(ms), ' (', when(ms, now), ')'] : '—';
+}
+
+/** Brings every relative time under root up to now. */
+export function refreshTimes(root, now = Date.now()) {
+  for (const el of root.querySelectorAll('time.rel[data-ms]')) text(el, relative(Number(el.dataset.ms), now));
+}
+
 /** A page heading with optional actions on the right. */
 export function pageHead(title, ...actions) {
   return h('div', { class: 'page-head' }, h('h1', null, title), actions.length ? h('div', { class: 'page-actions' }, actions) : null);
+}
+
+/** A heading naming one thing by its id: "Job 01a2…" with the id in monospace. */
+export function idTitle(kind, id) {
+  return [kind + ' ', h('span', { class: 'mono id-title' }, id)];
 }
 
 /** A titled card. */

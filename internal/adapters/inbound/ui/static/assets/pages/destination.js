@@ -5,8 +5,8 @@
 import { api, laneSegment } from '../api.js';
 import { h, text, attr, reconcile, replace } from '../dom.js';
 import { timeChart } from '../chart.js';
-import { count, decimal, duration, dateTime, relative } from '../format.js';
-import { pageHead, statTile, card, table, th, toast, actionFailed } from '../ui.js';
+import { count, decimal, duration, dateTime } from '../format.js';
+import { pageHead, statTile, card, table, th, toast, actionFailed, at, when, idTitle } from '../ui.js';
 import { laneState, STATE_HELP } from '../lanes.js';
 import { recordLane, setPaused, signalText } from './destinations.js';
 
@@ -76,7 +76,7 @@ export default {
     });
     ctx.main.append(
       h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/destinations' }, 'Destinations'), ' / '),
-      pageHead(h('span', { class: 'mono wrap' }, dest), state, h('span', { class: 'inline-form' }, reason, pause, resume)),
+      pageHead(idTitle('Destination', dest), state, h('span', { class: 'inline-form' }, reason, pause, resume)),
       signal,
       h('div', { class: 'stats' }, Object.values(tiles).map((t) => t.el)),
       h('div', { class: 'grid-2' }, paceChart.el, loadChart.el),
@@ -141,21 +141,21 @@ export default {
       loadChart.render(now);
       facts(details, [
         ['State', st + ' — ' + STATE_HELP[st]],
-        l.paused && ['Paused', dateTime(l.paused.since) + ' (' + relative(l.paused.since, now) + ')'],
+        l.paused && ['Paused', at(l.paused.since, now)],
         l.paused && l.paused.reason && ['Reason', l.paused.reason],
-        pace.since && ['Pace last moved', dateTime(pace.since) + ' (' + relative(pace.since, now) + ')'],
+        pace.since && ['Pace last moved', at(pace.since, now)],
         l.held_until && ['Held until', dateTime(l.held_until)],
         ['Live here', l.live ? 'yes: this instance has a lane for it' : 'no lane in this instance now'],
         l.held_by && ['Dispatched by', l.held_by],
         ['Account queues', l.account_queues ? 'on: one queue per tenant' : 'off'],
-        l.last_error && ['Last error', l.last_error + (l.last_error_at ? ' (' + relative(l.last_error_at, now) + ')' : '')],
+        l.last_error && ['Last error', [l.last_error, l.last_error_at ? [' (', when(l.last_error_at, now), ')'] : null]],
       ]);
       const c = l.circuit || {};
       facts(circuit, [
         ['State', c.state === 'closed' ? 'closed: the destination answers' : c.state === 'open' ? 'open: the destination is down, work is held' : 'half-open: a probe is running'],
         ['Failures in a row', count(c.consecutive_failures)],
-        c.since_ms && ['Down since', dateTime(c.since_ms) + ' (' + relative(c.since_ms, now) + ')'],
-        c.next_probe_ms && ['Next probe', relative(c.next_probe_ms, now)],
+        c.since_ms && ['Down since', at(c.since_ms, now)],
+        c.next_probe_ms && ['Next probe', when(c.next_probe_ms, now)],
         c.probes && ['Probes', count(c.probes)],
         c.last_error && ['Last error', c.last_error],
       ]);

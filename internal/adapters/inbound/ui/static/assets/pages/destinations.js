@@ -96,7 +96,7 @@ export default {
       const tr = h(
         'tr',
         { 'data-test': 'lane-row', 'data-destination': dest },
-        h('td', { class: 'mono wrap' }, h('a', { href: laneHref(dest) }, dest)),
+        h('td', { class: 'mono nowrap' }, h('a', { href: laneHref(dest) }, dest)),
         h('td', null, h('span', { class: 'badge', 'data-test': 'lane-state' })),
         h('td', { class: 'num' }, h('span', { class: 'pace' }), h('span', { class: 'meter', 'aria-hidden': 'true' }, h('span', { class: 'meter-fill' }))),
         h('td', { class: 'opt' }, spark.el),

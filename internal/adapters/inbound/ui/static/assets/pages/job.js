@@ -4,8 +4,8 @@
 
 import { api } from '../api.js';
 import { h, text, attr, replace, reconcile } from '../dom.js';
-import { count, dateTime, relative, duration, exact } from '../format.js';
-import { pageHead, card, toast, actionFailed, statusBadge, setStatusBadge } from '../ui.js';
+import { count, duration, exact } from '../format.js';
+import { pageHead, card, toast, actionFailed, statusBadge, setStatusBadge, at, idTitle, setWhen } from '../ui.js';
 import { laneHref } from '../lanes.js';
 
 /** scheme://host:port of a URL, as lanes are named; '' when it does not parse. */
@@ -57,7 +57,7 @@ export default {
 
     ctx.main.append(
       h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/jobs' }, 'Jobs'), ' / '),
-      pageHead(h('span', { class: 'mono wrap' }, id), status, copy, retry, cancel),
+      pageHead(idTitle('Job', id), status, copy, retry, cancel),
       h('div', { class: 'grid-2 grid-wide-left' }, card('Job', summary), card('Request', request)),
       h('div', { class: 'grid-2 grid-wide-left' }, card('Attempts', attempts, noAttempts), h('div', { class: 'stack' }, card('Response', response), card('Webhook', webhook))),
     );
@@ -100,7 +100,7 @@ export default {
       cancel.disabled = j.status !== 'queued';
       attr(cancel, 'title', j.status === 'queued' ? 'Fail it before it is sent' : 'Only a job not yet sent can be cancelled');
       paintAttempts(j.history || [], now);
-      const sig = JSON.stringify(j) + Math.floor(now / 30000); // relative times move on every 30 s
+      const sig = JSON.stringify(j);
       if (sig === shown) return;
       shown = sig;
       const dest = j.pool_id ? 'pool:' + j.pool_id : destinationOf(j.url);
@@ -108,8 +108,8 @@ export default {
         summary,
         facts([
           ['Status', j.status + (j.reason ? ' — ' + j.reason : '')],
-          ['Created', dateTime(j.created_at) + ' (' + relative(j.created_at, now) + ')'],
-          ['Updated', dateTime(j.updated_at) + ' (' + relative(j.updated_at, now) + ')'],
+          ['Created', at(j.created_at, now)],
+          ['Updated', at(j.updated_at, now)],
           j.tenant && ['Tenant', j.tenant],
           ['User', j.user_id],
           dest && ['Destination', h('a', { href: laneHref(dest), class: 'mono' }, dest)],
@@ -144,7 +144,7 @@ export default {
             h('span', { class: 'attempt-dot', 'aria-hidden': 'true' }),
             h('div', { class: 'attempt-main' }, h('span', { class: 'attempt-outcome' }), h('span', { class: 'attempt-meta muted' })),
             h('span', { class: 'attempt-bar', 'aria-hidden': 'true' }, h('span')),
-            h('time', { class: 'attempt-time muted' }),
+            h('time', { class: 'attempt-time rel muted' }),
           ),
         (li, a) => {
           const ok = a.status && a.status < 500 && a.status !== 429;
@@ -157,9 +157,7 @@ export default {
           if (a.status && a.error) meta.push(a.error);
           text(main.children[1], meta.join(' · '));
           li.children[2].firstChild.style.width = Math.max(2, ((a.duration_ms || 0) / longest) * 100).toFixed(0) + '%';
-          text(li.children[3], relative(a.at, now));
-          attr(li.children[3], 'datetime', new Date(a.at).toISOString());
-          attr(li.children[3], 'title', dateTime(a.at));
+          setWhen(li.children[3], a.at, now);
         },
       );
     }

@@ -244,10 +244,10 @@ export default {
       const tr = h(
         'tr',
         { 'data-test': 'job-row', 'data-job-id': j.job_id },
-        h('td', { class: 'mono' }, h('a', { href: '#/jobs/' + j.job_id, title: j.job_id }, shortId(j.job_id))),
+        h('td', { class: 'mono nowrap' }, h('a', { href: '#/jobs/' + j.job_id, title: j.job_id }, shortId(j.job_id))),
         h('td', null, statusBadge(j.status)),
         h('td', { class: 'request' }, h('span', { class: 'method' }), ' ', h('span', { class: 'mono wrap url' })),
-        h('td', { class: 'opt wrap' }),
+        h('td', { class: 'opt nowrap clip' }),
         h('td', { class: 'num' }),
         h('td', { class: 'result' }),
         h('td', { class: 'opt' }),

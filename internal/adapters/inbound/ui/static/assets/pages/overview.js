@@ -174,7 +174,7 @@ export default {
           h(
             'tr',
             null,
-            h('td', { class: 'mono wrap' }, h('a', { href: laneHref(l.lane) }, l.lane)),
+            h('td', { class: 'mono nowrap' }, h('a', { href: laneHref(l.lane) }, l.lane)),
             h('td', null, h('span', { class: 'badge' })),
             h('td', { class: 'num' }),
             h('td', { class: 'num' }),

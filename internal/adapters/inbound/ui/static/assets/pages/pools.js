@@ -110,7 +110,7 @@ export default {
             'tr',
             { 'data-test': 'member-row', 'data-pool': p.id, 'data-member': m.id },
             h('td', { class: 'mono' }, m.id),
-            h('td', { class: 'mono wrap opt' }),
+            h('td', { class: 'mono nowrap opt' }),
             h('td', { class: 'num' }),
             h('td', { class: 'num' }, h('span'), h('span', { class: 'meter', 'aria-hidden': 'true' }, h('span', { class: 'meter-fill' }))),
             h('td', { class: 'num' }),
