@@ -184,7 +184,8 @@ function needLogin(message) {
   const hadKey = !!getKey();
   if (hadKey) clearKey();
   sessionStorage.setItem(RETURN_KEY, location.hash || '#/overview');
-  sessionStorage.setItem(REASON_KEY, hadKey ? 'The API refused the key: ' + message : message);
+  // Arriving without a key is no error; a key the API stopped taking is.
+  if (hadKey) sessionStorage.setItem(REASON_KEY, 'The API refused the key: ' + message);
   updateWho();
   location.hash = '#/login';
 }
