@@ -23,6 +23,11 @@ export function count(n) {
   return Math.abs(n) < 10000 ? plain.format(n) : compact.format(n);
 }
 
+/** "1 job", "3 jobs" (English plurals by adding s). */
+export function plural(n, noun) {
+  return count(n) + ' ' + noun + (n === 1 ? '' : 's');
+}
+
 /** The exact count, grouped, for titles. */
 export function exact(n) {
   return missing(n) ? DASH : new Intl.NumberFormat().format(n);

@@ -4,7 +4,7 @@
 
 import { api } from '../api.js';
 import { h, text, attr, reconcile, replace } from '../dom.js';
-import { count, duration } from '../format.js';
+import { count, duration, plural } from '../format.js';
 import { pageHead, card, table, th } from '../ui.js';
 import { laneHref } from '../lanes.js';
 
@@ -69,7 +69,7 @@ export default {
         clustered.hidden = !c;
         absent.hidden = !!c;
         if (!c) return;
-        text(clustered.firstChild, count(c.instances.length) + ' live instances · this page is served by ' + c.instance_id);
+        text(clustered.firstChild, plural(c.instances.length, 'live instance') + ' · this page is served by ' + c.instance_id);
         const rows = [...c.instances].sort((a, b) => (a.id === c.instance_id ? -1 : b.id === c.instance_id ? 1 : a.id.localeCompare(b.id)));
         reconcile(
           tbody,

@@ -140,7 +140,7 @@ export default {
       paceChart.render(now);
       loadChart.render(now);
       facts(details, [
-        ['State', st + ' — ' + STATE_HELP[st]],
+        ['State', st + ': ' + STATE_HELP[st]],
         l.paused && ['Paused', at(l.paused.since, now)],
         l.paused && l.paused.reason && ['Reason', l.paused.reason],
         pace.since && ['Pace last moved', at(pace.since, now)],

@@ -6,7 +6,7 @@ import { h, text, attr, reconcile } from '../dom.js';
 import { record, rateOf, latest } from '../history.js';
 import { parseMetrics, sum } from '../metrics.js';
 import { timeChart } from '../chart.js';
-import { count, rate, decimal, duration, bytes, exact } from '../format.js';
+import { count, rate, decimal, duration, bytes, exact, plural } from '../format.js';
 import { statTile, pageHead, card, table, th } from '../ui.js';
 import { laneState, laneHref, STATE_HELP } from '../lanes.js';
 
@@ -205,7 +205,7 @@ export default {
       if (a.memory_mb !== undefined) items.push(['Memory', count(a.memory_mb) + ' MiB' + (a.memory_limit_mb ? ' of ' + count(a.memory_limit_mb) + ' MiB' : '')]);
       if (a.db_bytes !== undefined) items.push(['Store size', bytes(a.db_bytes) + (a.db_max_bytes ? ' of ' + bytes(a.db_max_bytes) : '')]);
       items.push(['Lanes', count((doc.lanes || []).length) + ' live · ' + count((doc.paused_lanes || []).length) + ' paused']);
-      items.push(['Cluster', doc.cluster ? count(doc.cluster.instances.length) + ' instances; this is ' + doc.cluster.instance_id : 'single instance']);
+      items.push(['Cluster', doc.cluster ? plural(doc.cluster.instances.length, 'instance') + '; this is ' + doc.cluster.instance_id : 'single instance']);
       if (doc.drain) items.push(['Drain', doc.drain.state]);
       items.push(['API keys', doc.auth === 'open' ? 'none: open mode' : 'required']);
       facts.replaceChildren(...items.flatMap(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
