@@ -5,7 +5,7 @@
 import { api } from '../api.js';
 import { h, text, attr, reconcile, replace } from '../dom.js';
 import { count, duration, plural } from '../format.js';
-import { pageHead, card, table, th } from '../ui.js';
+import { pageHead, card, table, th, facts } from '../ui.js';
 import { laneHref } from '../lanes.js';
 
 const SHOWN_LANES = 12;
@@ -33,7 +33,7 @@ export default {
         'Cluster mode starts when several aquiferd use one Postgres store (AQUIFER_STORE=postgres): each destination is then dispatched by exactly one live instance, which holds its lane lease.',
       ),
     );
-    const store = h('dl', { class: 'facts' });
+    const store = facts([]);
     ctx.main.append(pageHead('Cluster'), clustered, absent, card('Store', store));
 
     function paintStore(doc) {
@@ -47,7 +47,7 @@ export default {
         ['Unfinished jobs', count((doc.jobs || {}).queued) + ' queued · ' + count((doc.jobs || {}).in_flight) + ' in flight here · ' + count((doc.jobs || {}).webhooks_pending) + ' webhooks pending'],
         doc.drain && ['Drain', doc.drain.state],
       ];
-      replace(store, items.filter(Boolean).flatMap(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
+      facts(items, store);
     }
 
     function lanesCell(td, lanes) {
