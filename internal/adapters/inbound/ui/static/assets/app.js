@@ -115,6 +115,7 @@ function mount({ page, params, query }) {
   for (const a of document.querySelectorAll('[data-nav]')) attr(a, 'aria-current', a.dataset.nav === page.nav ? 'page' : null);
   topbar.classList.remove('nav-open');
   menu.setAttribute('aria-expanded', 'false');
+  updateWho(); // the sign-in form may have just stored a key
   const c = { page, main, problem, ctrl: new AbortController(), timer: 0, ready: false, running: false, again: false };
   current = c;
   const ctx = { main, params, query, session, go, refresh: () => refreshNow(c), signal: c.ctrl.signal };
@@ -185,7 +186,7 @@ function needLogin(message) {
   if (hadKey) clearKey();
   sessionStorage.setItem(RETURN_KEY, location.hash || '#/overview');
   // Arriving without a key is no error; a key the API stopped taking is.
-  if (hadKey) sessionStorage.setItem(REASON_KEY, 'The API refused the key: ' + message);
+  sessionStorage.setItem(REASON_KEY, JSON.stringify({ message, refused: hadKey }));
   updateWho();
   location.hash = '#/login';
 }

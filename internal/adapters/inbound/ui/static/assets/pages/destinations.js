@@ -6,7 +6,7 @@ import { api, laneSegment } from '../api.js';
 import { h, text, attr, reconcile } from '../dom.js';
 import { record, forget } from '../history.js';
 import { sparkline } from '../chart.js';
-import { count, decimal, duration, relative, time } from '../format.js';
+import { count, decimal, duration, relative, time, plural } from '../format.js';
 import { pageHead, table, th, toast, actionFailed } from '../ui.js';
 import { laneState, laneHref, STATE_HELP } from '../lanes.js';
 
@@ -145,7 +145,7 @@ export default {
       for (const l of lanes) by[laneState(l)]++;
       text(
         summary,
-        count(lanes.length) + ' destinations · ' + by.running + ' running · ' + by.paused + ' paused · ' + by.down + ' down · ' + by.idle + ' idle',
+        plural(lanes.length, 'destination') + ' · ' + by.running + ' running · ' + by.paused + ' paused · ' + by.down + ' down · ' + by.idle + ' idle',
       );
       empty.hidden = shown.length > 0;
       if (q && shown.length === 0) text(empty, 'No destination matches “' + search.value.trim() + '”.');
