@@ -6,6 +6,7 @@
 import { api, getKey, clearKey, onResponse, RETURN_KEY, REASON_KEY } from './api.js';
 import { h, text, attr } from './dom.js';
 import { toast, refreshTimes } from './ui.js';
+import { saveHistory, loadHistory } from './history.js';
 import overview from './pages/overview.js';
 import destinations from './pages/destinations.js';
 import destination from './pages/destination.js';
@@ -191,7 +192,10 @@ function needLogin(message) {
   location.hash = '#/login';
 }
 
+window.addEventListener('pagehide', saveHistory);
+
 document.addEventListener('visibilitychange', () => {
+  if (document.hidden) saveHistory();
   if (!document.hidden && current && current.parked) {
     current.parked = false;
     tick(current);
@@ -225,6 +229,7 @@ const version = document.querySelector('meta[name=aquifer-version]');
 text(document.querySelector('[data-version]'), version ? version.content : '');
 
 async function boot() {
+  loadHistory();
   setLive('starting');
   updateWho();
   try {
