@@ -474,15 +474,23 @@ func (a *api) do(method, path, body string, want int) map[string]any {
 }
 
 type jobSpec struct {
-	url, method, webhook string
-	headers              map[string]string
+	url, pool, method, body, webhook string
+	headers                          map[string]string
 }
 
 // submit posts a new job and returns its id.
 func (a *api) submit(j jobSpec) string {
 	a.t.Helper()
 	a.n++
-	req := map[string]any{"user_id": "dash", "idempotent_key": fmt.Sprintf("dash-%d-%d", time.Now().UnixNano(), a.n), "url": j.url}
+	req := map[string]any{"user_id": "dash", "idempotent_key": fmt.Sprintf("dash-%d-%d", time.Now().UnixNano(), a.n)}
+	if j.pool != "" {
+		req["pool_id"] = j.pool
+	} else {
+		req["url"] = j.url
+	}
+	if j.body != "" {
+		req["body"] = j.body
+	}
 	if j.method != "" {
 		req["method"] = j.method
 	}
@@ -548,4 +556,138 @@ func (a *api) failedJobs(dest string, n int) []string {
 		}
 	}
 	return ids
+}
+
+// TestDashboardScreenshots writes docs/img/dashboard-<page>.png (`make
+// screenshots` runs it with AQUIFER_SCREENSHOTS=docs/img): every page at
+// 1280×800 and the jobs page at a phone's 390 px, from a daemon on Postgres
+// seeded with what an operator meets — steady traffic to a lane its
+// destination paces, a destination that is down and the jobs that failed
+// there, a paused lane with a backlog, and a pool with members. It only
+// checks that each page loads; the browser tests above check the pages.
+func TestDashboardScreenshots(t *testing.T) {
+	dir := os.Getenv("AQUIFER_SCREENSHOTS")
+	if dir == "" {
+		t.Skip("set AQUIFER_SCREENSHOTS to a directory (make screenshots) to write the dashboard's screenshots")
+	}
+	aquiferdBinary(t)
+	browser(t)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The API's destination paces itself: it tells Aquifer a rate that
+	// swings between 8 and 40 rps every 20 s, under a ceiling of 50.
+	start := time.Now()
+	swing := func() string {
+		phase := float64(time.Since(start)%(20*time.Second)) / float64(20*time.Second)
+		if phase > 0.5 {
+			phase = 1 - phase
+		}
+		return fmt.Sprintf("%.1f", 8+64*phase)
+	}
+	apiSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("X-Aqueduct-Rps", swing())
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"ok":true,"path":%q}`, r.URL.Path)
+	}))
+	t.Cleanup(apiSrv.Close)
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		http.Error(w, "maintenance", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(down.Close)
+	held := newTarget(t, nil)
+	farm := newTarget(t, nil)
+	hooks := newWebhookRecorder(t)
+	cfg := paceConfig(t, pace{apiSrv.URL, 50, 8}, pace{down.URL, 20, 4}, pace{held.URL, 10, 2},
+		pace{farm.URL, 200, 8}, pace{hooks.URL, 200, 8})
+	d := startDaemon(t, append(storeEnv(t, "postgres"), "CONFIG_PATH="+cfg, "AQUIFER_MAX_OUTAGE_HOLD=12s"))
+	a := &api{t: t, base: d.url}
+
+	// Open the pages whose charts are drawn from what the page has seen,
+	// so they have history by the time they are shot.
+	overview := newTab(t, d.url, 1280, 800)
+	overview.open("#/overview")
+	overview.ready("overview")
+	lane := newTab(t, d.url, 1280, 800)
+	lane.open("#/destinations/" + url.QueryEscape(apiSrv.URL))
+	lane.ready("destination")
+
+	for m, capacity := range map[string]int{"gpu-a": 12, "gpu-b": 20, "gpu-c": 8} {
+		a.do(http.MethodPost, "/pools/render-farm/members", fmt.Sprintf(
+			`{"member_id":%q,"address":%q,"capacity_rps":%d,"heartbeat_interval_seconds":600}`, m, farm.URL+"/render/"+m, capacity), http.StatusOK)
+	}
+	for i := range 30 {
+		a.submit(jobSpec{url: "", pool: "render-farm", method: "POST", body: fmt.Sprintf("frame-%d", i)})
+	}
+	a.do(http.MethodPost, "/lanes/"+url.PathEscape(held.URL)+"/pause", `{"reason":"vendor incident 4411"}`, http.StatusOK)
+	for i := range 40 {
+		a.submit(jobSpec{url: fmt.Sprintf("%s/v2/orders/%d/sync", held.URL, 9100+i), method: "POST"})
+	}
+	var failed []string
+	for i := range 6 {
+		failed = append(failed, a.submit(jobSpec{url: fmt.Sprintf("%s/v1/invoices/%d", down.URL, 300+i), method: "POST",
+			webhook: hooks.URL + "/aquifer", headers: map[string]string{"Authorization": "Bearer sk_live_example", "Content-Type": "application/json"}}))
+	}
+	// Steady traffic for the charts: about 30 jobs a second, with webhooks.
+	stop := make(chan struct{})
+	traffic := make(chan struct{})
+	go func() {
+		defer close(traffic)
+		tick := time.NewTicker(33 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			body := fmt.Sprintf(`{"user_id":"acct-%d","idempotent_key":"shot-%d","url":"%s/v1/things/%d","method":"POST","webhook_url":"%s/aquifer"}`,
+				i%9, i, apiSrv.URL, i, hooks.URL)
+			resp, err := http.Post(d.url+"/jobs", "application/json", strings.NewReader(body))
+			if err == nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	defer func() { close(stop); <-traffic }()
+	for _, id := range failed {
+		deadline := time.Now().Add(60 * time.Second)
+		for a.job(id)["status"] != "failed" {
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s to the down destination did not fail: %v", id, a.job(id))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	time.Sleep(8 * time.Second) // a little more history past the failures
+
+	shoot := func(b *tab, name string) {
+		t.Helper()
+		time.Sleep(1500 * time.Millisecond) // a poll or two after the first data, for charts and relative times
+		path := filepath.Join(dir, "dashboard-"+name+".png")
+		if err := os.WriteFile(path, b.screenshot(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", path)
+	}
+	shoot(overview, "overview")
+	shoot(lane, "destination")
+	b := newTab(t, d.url, 1280, 800)
+	for _, p := range []struct{ name, route, page string }{
+		{"destinations", "#/destinations", "destinations"},
+		{"jobs", "#/jobs", "jobs"},
+		{"job", "#/jobs/" + failed[0], "job"},
+		{"pools", "#/pools", "pools"},
+		{"cluster", "#/cluster", "cluster"},
+	} {
+		b.open(p.route)
+		b.ready(p.page)
+		shoot(b, p.name)
+	}
+	phone := newTab(t, d.url, 390, 844)
+	phone.open("#/jobs")
+	phone.ready("jobs")
+	shoot(phone, "jobs-phone")
 }
