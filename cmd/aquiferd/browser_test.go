@@ -47,7 +47,7 @@ func chromiumPath() (string, error) {
 	if p := os.Getenv("AQUIFER_CHROMIUM"); p != "" {
 		found, err := exec.LookPath(p)
 		if err != nil {
-			return "", fmt.Errorf("AQUIFER_CHROMIUM=%s: %v", p, err)
+			return "", fmt.Errorf("AQUIFER_CHROMIUM=%s: %v (unset it to use Debian's chromium, which scripts/test-deps.sh installs)", p, err)
 		}
 		return found, nil
 	}
