@@ -186,9 +186,19 @@ func TestDashboardInBrowser(t *testing.T) {
 			return JSON.stringify(rows) === JSON.stringify(want); }`, sorted(ids))
 		b.waitText("[data-test=count-completed]", "3")
 
-		// The dialog shows the count, and Esc closes it without acting.
+		// The dialog shows the count, keeps the keyboard's focus while it is
+		// open, and Esc closes it without acting.
 		b.click("button[data-test=bulk-retry]")
 		b.waitText("[data-test=dry-run-count]", "3")
+		for range 6 {
+			b.key(kb.Tab)
+			var inside bool
+			b.eval(`(() => { const d = document.querySelector("[data-test=dry-run-count]").closest("dialog, [role=dialog]");
+				return !!d && d.contains(document.activeElement); })()`, &inside)
+			if !inside {
+				t.Fatalf("Tab moved the focus out of the confirmation dialog, to %s", b.activeElement())
+			}
+		}
 		b.key(kb.Escape)
 		b.waitGone("button[data-test=confirm]")
 		if ops := a.do(http.MethodGet, "/operations", "", http.StatusOK)["operations"].([]any); len(ops) != 0 {
@@ -209,6 +219,16 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	t.Run("pages fit a phone", func(t *testing.T) {
 		b := newTab(t, d.url, 390, 844)
+		// The nav collapses behind a menu button, which opens it.
+		b.open("")
+		b.ready("overview")
+		if b.visible("a[data-test=nav-jobs]") {
+			t.Fatal("the nav's links take room at 390 px: the nav should collapse behind a menu button")
+		}
+		b.click("header button[aria-expanded]")
+		b.click("a[data-test=nav-jobs]")
+		b.ready("jobs")
+
 		routes := map[string]string{"destination": "#/destinations/" + url.QueryEscape(paced.URL), "job": "#/jobs/" + done}
 		for _, p := range pages {
 			routes[p] = "#/" + p
@@ -379,6 +399,15 @@ func (b *tab) checkNoReload() {
 	if mark == nil || *mark != "kept" {
 		b.t.Fatal("the page reloaded: the dashboard must update in place")
 	}
+}
+
+// activeElement describes the focused element, for failures.
+func (b *tab) activeElement() string {
+	b.t.Helper()
+	var s string
+	b.eval(`(() => { const e = document.activeElement; if (!e) return "nothing";
+		return e.tagName.toLowerCase() + (e.dataset.test ? "[data-test=" + e.dataset.test + "]" : "") + " " + e.textContent.trim().slice(0, 40); })()`, &s)
+	return s
 }
 
 // confirmIfAsked clicks the confirmation of a dialog if the page opens one
