@@ -18,6 +18,7 @@ import (
 	httpapi "github.com/aquiferhq/aquifer/internal/adapters/inbound/http"
 	mcpadapter "github.com/aquiferhq/aquifer/internal/adapters/inbound/mcp"
 	"github.com/aquiferhq/aquifer/internal/adapters/inbound/proxy"
+	"github.com/aquiferhq/aquifer/internal/adapters/inbound/ui"
 	"github.com/aquiferhq/aquifer/internal/config"
 	"github.com/aquiferhq/aquifer/pkg/aquifer"
 )
@@ -64,9 +65,9 @@ func (m *mcpOnce) close() {
 	}
 }
 
-// webDoor serves the REST API and edge proxy ("http"), A2A ("a2a") and MCP
-// over HTTP ("mcp-http") on one chi router and one listener, with /health
-// and /metrics. The router routes exactly (no redirects for "//jobs" or
+// webDoor serves the REST API, the edge proxy and the dashboard ("http"),
+// A2A ("a2a") and MCP over HTTP ("mcp-http") on one chi router and one
+// listener, with /health and /metrics. The router routes exactly (no redirects for "//jobs" or
 // "/a/../b") and answers anything unrouted with a JSON error.
 type webDoor struct {
 	cfg     *config.Config
@@ -118,6 +119,14 @@ func (w *webDoor) Start(ctx context.Context, aq *aquifer.Aquifer) error {
 		p := proxy.New(svc, proxy.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 		mux.Handle("/proxy", auth.Middleware(p)) // POST only; the handler answers 405 otherwise
 		srv.RegisterOnShutdown(p.CloseStreams)
+	}
+	if cfg.UI && cfg.HasAdapter("http") {
+		// The dashboard is a client of the REST API, so it comes with it.
+		// Its pages are static and public; the data needs the API's keys.
+		dash := ui.Handler(ui.Options{Version: Version})
+		mux.Handle("/ui", dash)
+		mux.Handle("/ui/*", dash)
+		mux.Get("/", ui.RootNotFound)
 	}
 	if cfg.HasAdapter("mcp-http") {
 		mux.Handle("/mcp", auth.Middleware(w.mcp.get(aq).HTTPHandler()))

@@ -110,6 +110,8 @@ type Config struct {
 	ProxyORCAThreshold     float64
 	// Metrics turns GET /metrics (Prometheus) on.
 	Metrics bool
+	// UI turns the web dashboard at /ui/ on (served with the REST API).
+	UI bool
 	// Drain mode.
 	DrainEnabled    bool
 	DrainIdle       time.Duration
@@ -339,18 +341,11 @@ var Settings = []Setting{
 			return err
 		}},
 	{Key: "metrics", Env: "AQUIFER_METRICS", Default: "on",
-		Doc: "Serve Prometheus metrics at GET /metrics: on or off.",
-		apply: func(c *Config, v string) error {
-			switch strings.ToLower(v) {
-			case "on", "true", "1", "yes":
-				c.Metrics = true
-			case "off", "false", "0", "no":
-				c.Metrics = false
-			default:
-				return fmt.Errorf("%q is not on or off", v)
-			}
-			return nil
-		}},
+		Doc:   "Serve Prometheus metrics at GET /metrics: on or off.",
+		apply: func(c *Config, v string) (err error) { c.Metrics, err = parseOnOff(v); return }},
+	{Key: "ui", Env: "AQUIFER_UI", Default: "on",
+		Doc:   "Serve the web dashboard at /ui/ (with the http adapter): on or off.",
+		apply: func(c *Config, v string) (err error) { c.UI, err = parseOnOff(v); return }},
 	{Key: "drain.enabled", Env: "AQUIFER_DRAIN_ENABLED", Default: "false",
 		Doc:   "Drain mode: once the whole process is idle, flush the ledger to AQUIFER_DRAIN_WEBHOOK_URL and clear it. true/false (1/0, yes/no).",
 		apply: func(c *Config, v string) (err error) { c.DrainEnabled, err = parseBool(v); return }},

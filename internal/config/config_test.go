@@ -91,6 +91,7 @@ func TestLoadDefaults(t *testing.T) {
 				ProxyORCAThreshold:     0.7,
 				DrainIdle:              45 * time.Second,
 				Metrics:                true,
+				UI:                     true,
 				DrainPageSize:          1000,
 				ConfigPath:             "",
 				StoreBackend:           "sqlite",
@@ -164,6 +165,9 @@ func TestLoadEnvValues(t *testing.T) {
 			return c.A2APublicURL == "https://aq.example.com/base" && c.A2ABaseURL() == "https://aq.example.com/base"
 		}},
 		{"a2a public url default", map[string]string{"PORT": "9099"}, func(c *config.Config) bool { return c.A2APublicURL == "" && c.A2ABaseURL() == "http://localhost:9099" }},
+		{"ui off", map[string]string{"AQUIFER_UI": "off"}, func(c *config.Config) bool { return !c.UI && c.Metrics }},
+		{"ui OFF as false", map[string]string{"AQUIFER_UI": "False"}, func(c *config.Config) bool { return !c.UI }},
+		{"metrics off, ui on", map[string]string{"AQUIFER_METRICS": "off", "AQUIFER_UI": "on"}, func(c *config.Config) bool { return c.UI && !c.Metrics }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -288,6 +292,8 @@ func TestLoadEnvErrors(t *testing.T) {
 		{"pebble interval negative", map[string]string{"AQUIFER_PEBBLE_WAL_SYNC_INTERVAL_MS": "-1"}, `AQUIFER_PEBBLE_WAL_SYNC_INTERVAL_MS: -1 is out of range`},
 		{"postgres schema with a quote", map[string]string{"AQUIFER_POSTGRES_SCHEMA": `x"; drop`}, `AQUIFER_POSTGRES_SCHEMA: "x\"; drop": use lower-case letters, digits and _`},
 		{"sqlite sync unknown", map[string]string{"AQUIFER_SQLITE_SYNC": "off"}, `AQUIFER_SQLITE_SYNC: "off" is not one of full, normal`},
+		{"ui unknown", map[string]string{"AQUIFER_UI": "maybe"}, `AQUIFER_UI: "maybe" is not on or off`},
+		{"metrics unknown", map[string]string{"AQUIFER_METRICS": "sometimes"}, `AQUIFER_METRICS: "sometimes" is not on or off`},
 		{"max body negative", map[string]string{"AQUIFER_MAX_BODY_BYTES": "-1"}, "AQUIFER_MAX_BODY_BYTES: -1 is below the minimum 0"},
 		{"max body not integer", map[string]string{"AQUIFER_MAX_BODY_BYTES": "1MB"}, `AQUIFER_MAX_BODY_BYTES: "1MB" is not an integer`},
 		{"max response zero", map[string]string{"AQUIFER_MAX_RESPONSE_BYTES": "0"}, "AQUIFER_MAX_RESPONSE_BYTES: 0 is below the minimum 1"},

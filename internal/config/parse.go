@@ -82,6 +82,18 @@ func parseBool(v string) (bool, error) {
 	return false, fmt.Errorf("%q is not a boolean (true/false, 1/0, yes/no)", v)
 }
 
+// parseOnOff accepts on/off, and the spellings parseBool takes, for a
+// feature switch.
+func parseOnOff(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "on", "true", "1", "yes":
+		return true, nil
+	case "off", "false", "0", "no":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not on or off", v)
+}
+
 // parseHost accepts the address the HTTP listener binds: an IP address
 // (IPv6 with or without brackets) or a host name. Empty is refused rather
 // than read as "all interfaces", so that a variable left empty by a template

@@ -91,7 +91,7 @@ func New(core Core, opts Options) *Handler {
 	}
 	h := &Handler{core: core, opts: opts, log: opts.Logger.Named("http"), closing: make(chan struct{})}
 	r := chi.NewRouter()
-	r.Use(h.recoverer)
+	r.Use(h.recoverer, crossOrigin)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "not found")
 	})
@@ -114,7 +114,7 @@ func New(core Core, opts Options) *Handler {
 		r.Get("/pools", h.listPools)
 		r.Get("/pools/{pool_id}", h.getPool)
 		r.Group(func(r chi.Router) {
-			r.Use(h.warnOpen)
+			r.Use(h.warnOpen, jsonBody)
 			r.Get("/jobs", h.listJobs)
 			r.Post("/jobs/{id}/retry", h.retryJob)
 			r.Post("/jobs/retry", h.bulkRetry)
