@@ -667,6 +667,9 @@ func TestDashboardScreenshots(t *testing.T) {
 	lane := newTab(t, d.url, 1280, 800)
 	lane.open("#/destinations/" + url.QueryEscape(apiSrv.URL))
 	lane.ready("destination")
+	lanes := newTab(t, d.url, 1280, 800)
+	lanes.open("#/destinations")
+	lanes.ready("destinations")
 
 	for m, capacity := range map[string]int{"gpu-a": 12, "gpu-b": 20, "gpu-c": 8} {
 		a.do(http.MethodPost, "/pools/render-farm/members", fmt.Sprintf(
@@ -715,7 +718,7 @@ func TestDashboardScreenshots(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	time.Sleep(8 * time.Second) // a little more history past the failures
+	time.Sleep(20 * time.Second) // more history past the failures
 
 	shoot := func(b *tab, name string) {
 		t.Helper()
@@ -728,9 +731,9 @@ func TestDashboardScreenshots(t *testing.T) {
 	}
 	shoot(overview, "overview")
 	shoot(lane, "destination")
+	shoot(lanes, "destinations")
 	b := newTab(t, d.url, 1280, 800)
 	for _, p := range []struct{ name, route, page string }{
-		{"destinations", "#/destinations", "destinations"},
 		{"jobs", "#/jobs", "jobs"},
 		{"job", "#/jobs/" + failed[0], "job"},
 		{"pools", "#/pools", "pools"},
