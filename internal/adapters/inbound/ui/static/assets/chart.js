@@ -1,7 +1,9 @@
-// Live time-series charts drawn as inline SVG: the last ten minutes of a
-// few series from history.js, redrawn on every refresh, with a legend of
-// the newest values and a crosshair tooltip under the pointer. Colours come
-// from the stylesheet (classes s1…s6), so the charts follow the theme.
+// Live time-series charts drawn as inline SVG: up to the last ten minutes
+// of a few series from history.js, redrawn on every refresh, with a legend
+// of the newest values and a crosshair tooltip under the pointer. A page
+// just opened has seconds of history, so the time axis spans what there is
+// (a minute at least) and widens to ten minutes as samples come. Colours
+// come from the stylesheet (classes s1…s6), so the charts follow the theme.
 
 import { s, h, replace } from './dom.js';
 import { get, WINDOW_MS } from './history.js';
@@ -18,20 +20,42 @@ export function niceScale(max, ticks = 4) {
   return { max: step * Math.ceil(max / step - 1e-9), step };
 }
 
+const MIN_SPAN = 60000;
+
+// The time the axis spans: from the oldest sample kept (a minute at least,
+// ten at most) to now.
+function span(keys, now) {
+  let oldest = now;
+  for (const k of keys) {
+    const t = get(k).t;
+    for (let i = 0; i < t.length; i++) {
+      if (t[i] >= now - WINDOW_MS) {
+        oldest = Math.min(oldest, t[i]);
+        break;
+      }
+    }
+  }
+  return Math.min(WINDOW_MS, Math.max(MIN_SPAN, now - oldest));
+}
+
 // Where a sample's time and value land, with the chart's geometry.
-function scales(width, height, now, ymax) {
-  const x0 = now - WINDOW_MS;
+function scales(width, height, now, win, ymax) {
+  const x0 = now - win;
   const iw = width - M.left - M.right;
   const ih = height - M.top - M.bottom;
   return {
-    x: (t) => M.left + ((t - x0) / WINDOW_MS) * iw,
+    x: (t) => M.left + ((t - x0) / win) * iw,
     y: (v) => M.top + ih - (v / ymax) * ih,
-    t: (px) => x0 + ((px - M.left) / iw) * WINDOW_MS,
+    t: (px) => x0 + ((px - M.left) / iw) * win,
     x0,
     iw,
     ih,
+    win,
   };
 }
+
+// Tick steps for the time axis, and whether their labels need seconds.
+const STEPS = [5, 10, 15, 30, 60, 120, 300, 600].map((sec) => sec * 1000);
 
 // The samples of a series inside the window, and the pause length beyond
 // which two neighbours are drawn apart (the page was closed, the tab hidden).
@@ -115,12 +139,13 @@ export function timeChart({ testId, title, series, format, height = 200, note = 
     lastNow = now;
     const list = series();
     const width = Math.max(body.clientWidth || 0, 240);
-    const sc0 = scales(width, height, now, 1);
+    const win = span(list.map((se) => se.key), now);
+    const sc0 = scales(width, height, now, win, 1);
     const data = list.map((se) => ({ se, pts: visible(get(se.key), sc0.x0) }));
     let ymax = 0;
     for (const { pts } of data) for (const v of pts.v) if (v !== null && v > ymax) ymax = v;
     const { max, step } = niceScale(ymax);
-    const sc = scales(width, height, now, max);
+    const sc = scales(width, height, now, win, max);
     svg.setAttribute('width', width);
     svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
     const grid = s('g', { class: 'grid' });
@@ -131,14 +156,15 @@ export function timeChart({ testId, title, series, format, height = 200, note = 
         s('text', { x: M.left - 6, y, dy: '0.32em', 'text-anchor': 'end' }, format(v)),
       );
     }
-    // Time ticks a label's width apart at least: every 1, 2, 5 or 10 minutes.
-    const every = [1, 2, 5, 10].map((m) => m * 60000).find((st) => (sc.iw * st) / WINDOW_MS >= 72) || 600000;
+    // Time ticks at least a label's width apart.
+    const every = STEPS.find((st) => (sc.iw * st) / win >= (st < 60000 ? 100 : 80)) || STEPS[STEPS.length - 1];
+    const label = every < 60000 ? time : clock;
     for (let t = Math.ceil(sc.x0 / every) * every; t <= now; t += every) {
       const x = sc.x(t);
       const anchor = x > width - M.right - 30 ? 'end' : 'middle';
       grid.append(
         s('line', { class: 'tick', x1: x.toFixed(1), x2: x.toFixed(1), y1: M.top, y2: height - M.bottom }),
-        s('text', { x: x.toFixed(1), y: height - 6, 'text-anchor': anchor }, clock(t)),
+        s('text', { x: x.toFixed(1), y: height - 6, 'text-anchor': anchor }, label(t)),
       );
     }
     const lines = s('g', { class: 'lines' });
@@ -160,7 +186,7 @@ export function timeChart({ testId, title, series, format, height = 200, note = 
       return h('li', null, h('span', { class: 'swatch ' + se.cls }), se.label + ' ', h('b', null, v === null ? '—' : format(v)));
     });
     replace(legend, items);
-    svg.setAttribute('aria-label', title + ', last 10 minutes: ' + summary.join(', '));
+    svg.setAttribute('aria-label', title + ', last ' + Math.round(win / 60000) + ' min: ' + summary.join(', '));
     drawHover(data, sc, width, overlay);
   }
 
@@ -222,12 +248,13 @@ export function sparkline(key, { width = 96, height = 24, cls = 's1', max = null
   const area = s('path', { class: 'area ' + cls });
   const el = s('svg', { class: 'spark', width, height, viewBox: `0 0 ${width} ${height}`, 'aria-hidden': 'true' }, area, path);
   function render(now = Date.now()) {
-    const pts = visible(get(key), now - WINDOW_MS);
+    const win = span([key], now);
+    const pts = visible(get(key), now - win);
     let ymax = max || 0;
     if (!max) for (const v of pts.v) if (v !== null && v > ymax) ymax = v;
     ymax = ymax > 0 ? ymax * 1.1 : 1;
     const sc = {
-      x: (t) => ((t - (now - WINDOW_MS)) / WINDOW_MS) * width,
+      x: (t) => ((t - (now - win)) / win) * width,
       y: (v) => height - 1 - (v / ymax) * (height - 2),
     };
     path.setAttribute('d', pathOf(pts, sc, false));

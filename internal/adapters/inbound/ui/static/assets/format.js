@@ -5,7 +5,6 @@ const plain = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
 const compact = new Intl.NumberFormat(undefined, { notation: 'compact', maximumFractionDigits: 1 });
 const oneDecimal = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
 const twoDecimals = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
-const percent = new Intl.NumberFormat(undefined, { style: 'percent', maximumFractionDigits: 0 });
 const dateTimeFmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
 const timeFmt = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
 const clockFmt = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
@@ -21,6 +20,11 @@ function missing(n) {
 export function count(n) {
   if (missing(n)) return DASH;
   return Math.abs(n) < 10000 ? plain.format(n) : compact.format(n);
+}
+
+/** "1 job", "3 jobs" (English plurals by adding s). */
+export function plural(n, noun) {
+  return count(n) + ' ' + noun + (n === 1 ? '' : 's');
 }
 
 /** The exact count, grouped, for titles. */
@@ -40,9 +44,6 @@ export function rate(n) {
   return missing(n) ? DASH : decimal(n) + '/s';
 }
 
-export function pct(n) {
-  return missing(n) ? DASH : percent.format(n);
-}
 
 /** Bytes as KiB, MiB, GiB. */
 export function bytes(n) {
@@ -103,9 +104,4 @@ export function relative(ms, now = Date.now()) {
  */
 export function shortId(id) {
   return id ? '…' + id.slice(-10) : DASH;
-}
-
-/** The API's status names as people read them. */
-export function statusLabel(status) {
-  return status === 'in_flight' ? 'in flight' : status;
 }

@@ -13,10 +13,10 @@ export function laneState(l) {
 }
 
 export const STATE_HELP = {
-  paused: 'An operator paused it: jobs are accepted and stored, none is sent until it is resumed.',
-  down: 'Its outage circuit is open: the destination stopped answering, its work is held and probed.',
-  running: 'It has work waiting or in flight.',
-  idle: 'Nothing waiting or in flight.',
+  paused: 'an operator paused it: jobs are accepted and stored, none is sent until it is resumed',
+  down: 'its outage circuit is open: the destination stopped answering, its work is held and probed',
+  running: 'it has work waiting or in flight',
+  idle: 'nothing waiting or in flight',
 };
 
 /** The hash of a destination's page. */

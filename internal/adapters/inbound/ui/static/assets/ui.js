@@ -53,7 +53,7 @@ export function confirmDialog({ title, body, confirmLabel = 'Confirm', danger = 
       { type: 'button', class: ['btn', danger ? 'btn-danger' : 'btn-primary'], 'data-test': 'confirm', disabled: !canConfirm },
       confirmLabel,
     );
-    const cancel = h('button', { type: 'button', class: 'btn', 'data-test': 'cancel-confirm' }, 'Cancel');
+    const cancel = h('button', { type: 'button', class: 'btn', 'data-test': 'cancel-confirm' }, 'Go back');
     const heading = h('h2', { id: 'dialog-title' }, title);
     const dlg = h(
       'dialog',
@@ -167,6 +167,15 @@ export function pageHead(title, ...actions) {
 /** A heading naming one thing by its id: "Job 01a2…" with the id in monospace. */
 export function idTitle(kind, id) {
   return [kind + ' ', h('span', { class: 'mono id-title' }, id)];
+}
+
+/**
+ * A definition list of [term, description] pairs; falsy entries are
+ * skipped, so optional facts can be written inline (cond && [...]). With
+ * el, its contents are replaced; otherwise a new list is made.
+ */
+export function facts(items, el = h('dl', { class: 'facts' })) {
+  return replace(el, items.filter(Boolean).map(([dt, dd]) => [h('dt', null, dt), h('dd', null, dd)]));
 }
 
 /** A titled card. */

@@ -4,8 +4,8 @@
 
 import { api } from '../api.js';
 import { h, text, attr, reconcile, replace } from '../dom.js';
-import { count, duration } from '../format.js';
-import { pageHead, card, table, th } from '../ui.js';
+import { count, duration, plural } from '../format.js';
+import { pageHead, card, table, th, facts } from '../ui.js';
 import { laneHref } from '../lanes.js';
 
 const SHOWN_LANES = 12;
@@ -33,7 +33,7 @@ export default {
         'Cluster mode starts when several aquiferd use one Postgres store (AQUIFER_STORE=postgres): each destination is then dispatched by exactly one live instance, which holds its lane lease.',
       ),
     );
-    const store = h('dl', { class: 'facts' });
+    const store = facts([]);
     ctx.main.append(pageHead('Cluster'), clustered, absent, card('Store', store));
 
     function paintStore(doc) {
@@ -47,7 +47,7 @@ export default {
         ['Unfinished jobs', count((doc.jobs || {}).queued) + ' queued · ' + count((doc.jobs || {}).in_flight) + ' in flight here · ' + count((doc.jobs || {}).webhooks_pending) + ' webhooks pending'],
         doc.drain && ['Drain', doc.drain.state],
       ];
-      replace(store, items.filter(Boolean).flatMap(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
+      facts(items, store);
     }
 
     function lanesCell(td, lanes) {
@@ -69,7 +69,7 @@ export default {
         clustered.hidden = !c;
         absent.hidden = !!c;
         if (!c) return;
-        text(clustered.firstChild, count(c.instances.length) + ' live instances · this page is served by ' + c.instance_id);
+        text(clustered.firstChild, plural(c.instances.length, 'live instance') + ' · this page is served by ' + c.instance_id);
         const rows = [...c.instances].sort((a, b) => (a.id === c.instance_id ? -1 : b.id === c.instance_id ? 1 : a.id.localeCompare(b.id)));
         reconcile(
           tbody,

@@ -3,10 +3,10 @@
 // pause (with a reason) / resume.
 
 import { api, laneSegment } from '../api.js';
-import { h, text, attr, reconcile, replace } from '../dom.js';
+import { h, text, attr, reconcile } from '../dom.js';
 import { timeChart } from '../chart.js';
 import { count, decimal, duration, dateTime } from '../format.js';
-import { pageHead, statTile, card, table, th, toast, actionFailed, at, when, idTitle } from '../ui.js';
+import { pageHead, statTile, card, table, th, toast, actionFailed, at, when, idTitle, facts } from '../ui.js';
 import { laneState, STATE_HELP } from '../lanes.js';
 import { recordLane, setPaused, signalText } from './destinations.js';
 
@@ -54,8 +54,8 @@ export default {
         { key: k + 'in_flight', label: 'in flight', cls: 's5' },
       ],
     });
-    const details = h('dl', { class: 'facts' });
-    const circuit = h('dl', { class: 'facts' });
+    const details = facts([]);
+    const circuit = facts([]);
     const queuesBody = h('tbody');
     const queuesCard = card(
       'Queues',
@@ -114,10 +114,6 @@ export default {
       }
     }
 
-    function facts(el, items) {
-      replace(el, items.filter(Boolean).flatMap(([dt, dd]) => [h('dt', null, dt), h('dd', null, dd)]));
-    }
-
     function paint(l) {
       const now = Date.now();
       const st = laneState(l);
@@ -139,8 +135,8 @@ export default {
       tiles.wait.set(l.oldest_queued_age_seconds ? duration(l.oldest_queued_age_seconds * 1000) : '—', l.oldest_queued_at ? 'since ' + dateTime(l.oldest_queued_at) : 'nothing waiting');
       paceChart.render(now);
       loadChart.render(now);
-      facts(details, [
-        ['State', st + ' — ' + STATE_HELP[st]],
+      facts([
+        ['State', st + ': ' + STATE_HELP[st]],
         l.paused && ['Paused', at(l.paused.since, now)],
         l.paused && l.paused.reason && ['Reason', l.paused.reason],
         pace.since && ['Pace last moved', at(pace.since, now)],
@@ -149,16 +145,16 @@ export default {
         l.held_by && ['Dispatched by', l.held_by],
         ['Account queues', l.account_queues ? 'on: one queue per tenant' : 'off'],
         l.last_error && ['Last error', [l.last_error, l.last_error_at ? [' (', when(l.last_error_at, now), ')'] : null]],
-      ]);
+      ], details);
       const c = l.circuit || {};
-      facts(circuit, [
+      facts([
         ['State', c.state === 'closed' ? 'closed: the destination answers' : c.state === 'open' ? 'open: the destination is down, work is held' : 'half-open: a probe is running'],
         ['Failures in a row', count(c.consecutive_failures)],
         c.since_ms && ['Down since', at(c.since_ms, now)],
         c.next_probe_ms && ['Next probe', when(c.next_probe_ms, now)],
         c.probes && ['Probes', count(c.probes)],
         c.last_error && ['Last error', c.last_error],
-      ]);
+      ], circuit);
       const queues = l.queues || [];
       queuesCard.hidden = queues.length === 0;
       reconcile(

@@ -6,7 +6,7 @@ import { api, laneSegment } from '../api.js';
 import { h, text, attr, reconcile } from '../dom.js';
 import { record, forget } from '../history.js';
 import { sparkline } from '../chart.js';
-import { count, decimal, duration, relative } from '../format.js';
+import { count, decimal, duration, relative, time } from '../format.js';
 import { pageHead, table, th, toast, actionFailed } from '../ui.js';
 import { laneState, laneHref, STATE_HELP } from '../lanes.js';
 
@@ -28,9 +28,9 @@ export function setPaused(dest, pause, reason) {
 /** What holds a lane's pace below its ceiling, in words. */
 export function signalText(l) {
   if (l.paused) return 'paused by an operator' + (l.paused.reason ? ': ' + l.paused.reason : '');
-  if (l.held_until && l.held_until > Date.now()) return 'held by Retry-After until ' + new Date(l.held_until).toLocaleTimeString();
+  if (l.held_until && l.held_until > Date.now()) return 'held by Retry-After until ' + time(l.held_until);
   if (l.circuit && l.circuit.state !== 'closed') return 'outage circuit ' + l.circuit.state.replace('_', '-');
-  if (l.pace && l.pace.paced_by) return 'paced by ' + l.pace.paced_by + (l.pace.since ? ' since ' + relative(l.pace.since) : '');
+  if (l.pace && l.pace.paced_by) return 'paced by ' + l.pace.paced_by + (l.pace.since ? ' since ' + time(l.pace.since) + ' (' + relative(l.pace.since) + ')' : '');
   return 'at ceiling';
 }
 

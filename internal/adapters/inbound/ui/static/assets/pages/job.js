@@ -5,7 +5,7 @@
 import { api } from '../api.js';
 import { h, text, attr, replace, reconcile } from '../dom.js';
 import { count, duration, exact } from '../format.js';
-import { pageHead, card, toast, actionFailed, statusBadge, setStatusBadge, at, idTitle, setWhen } from '../ui.js';
+import { pageHead, card, toast, actionFailed, statusBadge, setStatusBadge, at, idTitle, setWhen, facts } from '../ui.js';
 import { laneHref } from '../lanes.js';
 
 /** scheme://host:port of a URL, as lanes are named; '' when it does not parse. */
@@ -30,10 +30,6 @@ function prettyBody(body, contentType) {
     }
   }
   return body;
-}
-
-function facts(items) {
-  return h('dl', { class: 'facts' }, items.filter(Boolean).flatMap(([dt, dd]) => [h('dt', null, dt), h('dd', null, dd)]));
 }
 
 export default {

@@ -6,8 +6,8 @@ import { h, text, attr, reconcile } from '../dom.js';
 import { record, rateOf, latest } from '../history.js';
 import { parseMetrics, sum } from '../metrics.js';
 import { timeChart } from '../chart.js';
-import { count, rate, decimal, duration, bytes, exact } from '../format.js';
-import { statTile, pageHead, card, table, th } from '../ui.js';
+import { count, rate, decimal, duration, bytes, exact, plural } from '../format.js';
+import { statTile, pageHead, card, table, th, facts } from '../ui.js';
 import { laneState, laneHref, STATE_HELP } from '../lanes.js';
 
 const FAMILIES = [
@@ -55,7 +55,7 @@ export default {
     const health = h('span', { class: 'pill' }, '…');
     const lanesBody = h('tbody');
     const lanesEmpty = h('p', { class: 'empty', hidden: true }, 'No destination has work right now.');
-    const facts = h('dl', { class: 'facts' });
+    const about = facts([]);
     ctx.main.append(
       pageHead('Overview', health),
       h('div', { class: 'stats' }, Object.values(tiles).map((t) => t.el)),
@@ -69,7 +69,7 @@ export default {
           lanesEmpty,
           h('p', { class: 'card-foot' }, h('a', { href: '#/destinations' }, 'All destinations →')),
         ),
-        card('This instance', facts),
+        card('This instance', about),
       ),
     );
 
@@ -205,10 +205,10 @@ export default {
       if (a.memory_mb !== undefined) items.push(['Memory', count(a.memory_mb) + ' MiB' + (a.memory_limit_mb ? ' of ' + count(a.memory_limit_mb) + ' MiB' : '')]);
       if (a.db_bytes !== undefined) items.push(['Store size', bytes(a.db_bytes) + (a.db_max_bytes ? ' of ' + bytes(a.db_max_bytes) : '')]);
       items.push(['Lanes', count((doc.lanes || []).length) + ' live · ' + count((doc.paused_lanes || []).length) + ' paused']);
-      items.push(['Cluster', doc.cluster ? count(doc.cluster.instances.length) + ' instances; this is ' + doc.cluster.instance_id : 'single instance']);
+      items.push(['Cluster', doc.cluster ? plural(doc.cluster.instances.length, 'instance') + '; this is ' + doc.cluster.instance_id : 'single instance']);
       if (doc.drain) items.push(['Drain', doc.drain.state]);
       items.push(['API keys', doc.auth === 'open' ? 'none: open mode' : 'required']);
-      facts.replaceChildren(...items.flatMap(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
+      facts(items, about);
     }
 
     return {
