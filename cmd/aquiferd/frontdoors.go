@@ -158,6 +158,9 @@ func (w *webDoor) Start(ctx context.Context, aq *aquifer.Aquifer) error {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	w.ln, w.srv, w.done = ln, srv, make(chan struct{})
+	if cfg.UI && cfg.HasAdapter("http") {
+		log.Info("dashboard", zap.String("url", "http://"+ln.Addr().String()+ui.Prefix))
+	}
 	go func() {
 		defer close(w.done)
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -30,7 +30,7 @@ func FromMillis(v int64) time.Time {
 const JobColumns = `seq, id, user_id, idempotent_key, url, pool_id, method, headers, body,
 	webhook_url, lane, status, attempts, deferrals, created_at, updated_at, dispatched_at, expires_at,
 	response_status, response_body, response_truncated, response_content_type, reason,
-	ready_lane, ready_seq, delivery_status, delivery_attempts, delivery_response, delivery_reason`
+	ready_lane, ready_seq, delivery_status, delivery_attempts, delivery_response, delivery_reason, history`
 
 // Row is a job row of the SQL stores as scanned, a field a column.
 type Row struct {
@@ -49,6 +49,7 @@ type Row struct {
 	DeliveryStatus                         string
 	DeliveryAttempts, DeliveryResponse     int
 	DeliveryReason                         string
+	History                                string // EncodeHistory's JSON
 }
 
 // Dest returns pointers to r's fields in JobColumns order, for a Scan.
@@ -57,7 +58,7 @@ func (r *Row) Dest() []any {
 		&r.Headers, &r.Body, &r.WebhookURL, &r.Queue, &r.Status, &r.Attempts, &r.Deferrals,
 		&r.Created, &r.Updated, &r.Dispatched, &r.Expires,
 		&r.ResponseStatus, &r.ResponseBody, &r.Truncated, &r.ContentType, &r.Reason,
-		&r.ReadyQueue, &r.ReadySeq, &r.DeliveryStatus, &r.DeliveryAttempts, &r.DeliveryResponse, &r.DeliveryReason}
+		&r.ReadyQueue, &r.ReadySeq, &r.DeliveryStatus, &r.DeliveryAttempts, &r.DeliveryResponse, &r.DeliveryReason, &r.History}
 }
 
 // Job rebuilds the job of a scanned row. Rows were written by the store, so
@@ -89,6 +90,11 @@ func (r *Row) Job() (*domain.Job, error) {
 		j.Delivery = &domain.Delivery{Status: domain.DeliveryStatus(r.DeliveryStatus), Attempts: r.DeliveryAttempts,
 			ResponseStatus: r.DeliveryResponse, Reason: r.DeliveryReason}
 	}
+	h, err := DecodeHistory(r.History)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", r.ID, err)
+	}
+	j.History = h
 	return j, nil
 }
 

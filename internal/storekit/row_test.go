@@ -54,7 +54,7 @@ func finishedRow() fakeRow {
 		"dispatched_at": int64(2000), "expires_at": int64(9000), "response_status": 201, "response_body": []byte("resp"),
 		"response_truncated": true, "response_content_type": "text/plain", "reason": "why", "ready_lane": "h.test:80",
 		"ready_seq": int64(8), "delivery_status": "pending", "delivery_attempts": 3, "delivery_response": 503,
-		"delivery_reason": "later",
+		"delivery_reason": "later", "history": `[{"at":1500,"dur_us":2500,"status":503,"signal":"retry-after"}]`,
 	}
 }
 
@@ -71,6 +71,7 @@ func TestScanJobRebuildsTheJob(t *testing.T) {
 		Result:     &domain.Result{ResponseStatus: 201, Body: []byte("resp"), BodyTruncated: true, ContentType: "text/plain", Reason: "why"},
 		ReadyQueue: "h.test:80", ReadySeq: 8,
 		Delivery: &domain.Delivery{Status: domain.DeliveryPending, Attempts: 3, ResponseStatus: 503, Reason: "later"},
+		History:  []domain.Attempt{{At: time.UnixMilli(1500), Duration: 2500 * time.Microsecond, Status: 503, Signal: domain.SignalRetryAfter}},
 	}
 	if !reflect.DeepEqual(j, want) {
 		t.Fatalf("ScanJob =\n%+v\nwant\n%+v", j, want)
@@ -79,12 +80,12 @@ func TestScanJobRebuildsTheJob(t *testing.T) {
 
 func TestScanJobOfAWaitingJob(t *testing.T) {
 	r := finishedRow()
-	r["status"], r["headers"], r["body"], r["dispatched_at"], r["delivery_status"] = "queued", "{}", []byte{}, int64(0), ""
+	r["status"], r["headers"], r["body"], r["dispatched_at"], r["delivery_status"], r["history"] = "queued", "{}", []byte{}, int64(0), "", ""
 	j, err := ScanJob(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Result != nil || j.Delivery != nil || j.Headers != nil || j.Body != nil || !j.DispatchedAt.IsZero() {
+	if j.Result != nil || j.Delivery != nil || j.Headers != nil || j.Body != nil || !j.DispatchedAt.IsZero() || j.History != nil {
 		t.Fatalf("a queued job without extras: %+v", j)
 	}
 	r["headers"] = "{not json"

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -11,42 +10,17 @@ import (
 	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
-// jobColumns is the column list of a job row: the SQL stores' shared
-// columns, then the attempt history (version 3).
-const jobColumns = storekit.JobColumns + ", history"
+// jobColumns is the column list of a job as this store reads it: the SQL
+// stores' shared row (storekit.JobColumns).
+const jobColumns = storekit.JobColumns
 
 // scanJob rebuilds a job from a row of jobColumns.
-func scanJob(row storekit.Scanner) (*domain.Job, error) {
-	var r storekit.Row
-	var history string
-	if err := row.Scan(append(r.Dest(), &history)...); err != nil {
-		return nil, err
-	}
-	j, err := r.Job()
-	if err != nil {
-		return nil, err
-	}
-	if j.History, err = storekit.DecodeHistory(history); err != nil {
-		return nil, fmt.Errorf("job %s: %w", r.ID, err)
-	}
-	return j, nil
-}
+func scanJob(row storekit.Scanner) (*domain.Job, error) { return storekit.ScanJob(row) }
 
 // collect scans every row of jobColumns into a job and closes rows.
 func collect(rows pgx.Rows) ([]*domain.Job, error) {
 	defer rows.Close()
-	var out []*domain.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, fmt.Errorf("scan job: %w", err)
-		}
-		out = append(out, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("scan jobs: %w", err)
-	}
-	return out, nil
+	return storekit.CollectJobs(rows)
 }
 
 // derived are the columns computed from a job's request when it is

@@ -6,6 +6,7 @@
 import { api, getKey, clearKey, onResponse, RETURN_KEY, REASON_KEY } from './api.js';
 import { h, text, attr } from './dom.js';
 import { toast, refreshTimes } from './ui.js';
+import { saveHistory, loadHistory } from './history.js';
 import overview from './pages/overview.js';
 import destinations from './pages/destinations.js';
 import destination from './pages/destination.js';
@@ -115,6 +116,7 @@ function mount({ page, params, query }) {
   for (const a of document.querySelectorAll('[data-nav]')) attr(a, 'aria-current', a.dataset.nav === page.nav ? 'page' : null);
   topbar.classList.remove('nav-open');
   menu.setAttribute('aria-expanded', 'false');
+  updateWho(); // the sign-in form may have just stored a key
   const c = { page, main, problem, ctrl: new AbortController(), timer: 0, ready: false, running: false, again: false };
   current = c;
   const ctx = { main, params, query, session, go, refresh: () => refreshNow(c), signal: c.ctrl.signal };
@@ -185,12 +187,15 @@ function needLogin(message) {
   if (hadKey) clearKey();
   sessionStorage.setItem(RETURN_KEY, location.hash || '#/overview');
   // Arriving without a key is no error; a key the API stopped taking is.
-  if (hadKey) sessionStorage.setItem(REASON_KEY, 'The API refused the key: ' + message);
+  sessionStorage.setItem(REASON_KEY, JSON.stringify({ message, refused: hadKey }));
   updateWho();
   location.hash = '#/login';
 }
 
+window.addEventListener('pagehide', saveHistory);
+
 document.addEventListener('visibilitychange', () => {
+  if (document.hidden) saveHistory();
   if (!document.hidden && current && current.parked) {
     current.parked = false;
     tick(current);
@@ -224,6 +229,7 @@ const version = document.querySelector('meta[name=aquifer-version]');
 text(document.querySelector('[data-version]'), version ? version.content : '');
 
 async function boot() {
+  loadHistory();
   setLive('starting');
   updateWho();
   try {

@@ -232,12 +232,18 @@ export function timeChart({ testId, title, series, format, height = 200, note = 
   });
   if (typeof ResizeObserver === 'function') {
     let w = 0;
-    new ResizeObserver(() => {
+    const ro = new ResizeObserver(() => {
+      // A page left behind shrinks its charts to nothing: let go of them.
+      if (!body.isConnected) {
+        ro.disconnect();
+        return;
+      }
       if (body.clientWidth !== w) {
         w = body.clientWidth;
         render(lastNow);
       }
-    }).observe(body);
+    });
+    ro.observe(body);
   }
   return { el, render };
 }

@@ -1,7 +1,8 @@
 // The charts' memory: every series the pages sample, kept in this tab for
 // the last ten minutes and nowhere else. Nothing is stored server-side for
 // the dashboard; a page that is not open samples nothing, so its charts
-// show a gap for the time it was away.
+// show a gap for the time it was away. The samples are put in the tab's
+// sessionStorage when it is hidden or left, so a reload keeps the charts.
 
 export const WINDOW_MS = 10 * 60 * 1000;
 
@@ -62,5 +63,37 @@ export function rateOf(key, spanMs = 5000) {
 export function forget(prefix, keep) {
   for (const key of series.keys()) {
     if (key.startsWith(prefix) && !keep.has(key)) series.delete(key);
+  }
+}
+
+const STORE = 'aquifer.history';
+
+/** Keeps the samples in sessionStorage for a reload of this tab. */
+export function saveHistory() {
+  const now = Date.now();
+  const out = {};
+  for (const [key, s] of series) {
+    const i = s.t.findIndex((t) => t >= now - WINDOW_MS);
+    if (i >= 0) out[key] = [s.t.slice(i), s.v.slice(i)];
+  }
+  try {
+    sessionStorage.setItem(STORE, JSON.stringify(out));
+  } catch {
+    // Full or refused: the charts start afresh after a reload, nothing worse.
+  }
+}
+
+/** Takes back what saveHistory kept, dropping what has aged out of the window. */
+export function loadHistory() {
+  let saved;
+  try {
+    saved = JSON.parse(sessionStorage.getItem(STORE) || '{}');
+  } catch {
+    return;
+  }
+  const now = Date.now();
+  for (const [key, [t, v]] of Object.entries(saved)) {
+    if (!Array.isArray(t) || !Array.isArray(v) || t.length !== v.length) continue;
+    for (let i = 0; i < t.length; i++) if (t[i] >= now - WINDOW_MS) record(key, t[i], v[i]);
   }
 }

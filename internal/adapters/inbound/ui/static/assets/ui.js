@@ -98,7 +98,9 @@ export function confirmDialog({ title, body, confirmLabel = 'Confirm', danger = 
     });
     document.body.append(dlg);
     dlg.showModal();
-    (canConfirm ? confirm : cancel).focus();
+    // Enter confirms a retry at once; a cancel, which cannot be undone,
+    // starts on Go back.
+    (canConfirm && !danger ? confirm : cancel).focus();
   });
 }
 

@@ -6,7 +6,7 @@ import { api, laneSegment } from '../api.js';
 import { h, text, attr, reconcile } from '../dom.js';
 import { record, forget } from '../history.js';
 import { sparkline } from '../chart.js';
-import { count, decimal, duration, relative, time } from '../format.js';
+import { count, decimal, duration, relative, time, plural } from '../format.js';
 import { pageHead, table, th, toast, actionFailed } from '../ui.js';
 import { laneState, laneHref, STATE_HELP } from '../lanes.js';
 
@@ -60,11 +60,10 @@ export default {
           'State',
           th('Pace (rps)', 'num'),
           th('Last 10 min', 'opt'),
-          th('Signal', 'opt'),
+          th('Signal · last error', 'opt'),
           th('In flight', 'num'),
           th('Backlog', 'num'),
           th('Oldest wait', 'num opt'),
-          th('Last error', 'opt'),
           th('Actions', 'actions'),
         ],
         tbody,
@@ -100,11 +99,10 @@ export default {
         h('td', null, h('span', { class: 'badge', 'data-test': 'lane-state' })),
         h('td', { class: 'num' }, h('span', { class: 'pace' }), h('span', { class: 'meter', 'aria-hidden': 'true' }, h('span', { class: 'meter-fill' }))),
         h('td', { class: 'opt' }, spark.el),
-        h('td', { class: 'opt signal' }),
+        h('td', { class: 'opt signal' }, h('span'), h('span', { class: 'error-line' })),
         h('td', { class: 'num' }),
         h('td', { class: 'num' }),
         h('td', { class: 'num opt' }),
-        h('td', { class: 'opt error-cell' }),
         h('td', { class: 'actions' }, pause, resume),
       );
       tr.spark = spark;
@@ -126,14 +124,15 @@ export default {
       c[2].lastChild.firstChild.style.width = (frac * 100).toFixed(0) + '%';
       attr(c[2].lastChild, 'data-tone', frac < 0.5 ? 'warn' : null);
       tr.spark.render();
-      text(c[4], signalText(l));
+      text(c[4].firstChild, signalText(l));
+      const err = c[4].lastChild;
+      text(err, l.last_error || '');
+      attr(err, 'title', l.last_error ? l.last_error + (l.last_error_at ? ' — ' + new Date(l.last_error_at).toLocaleString() : '') : null);
       text(c[5], count(l.in_flight) + (pace.max_concurrent ? ' / ' + pace.max_concurrent : ''));
       text(c[6], count(l.backlog));
       text(c[7], l.oldest_queued_age_seconds ? duration(l.oldest_queued_age_seconds * 1000) : '—');
-      text(c[8], l.last_error || '');
-      attr(c[8], 'title', l.last_error_at ? 'at ' + new Date(l.last_error_at).toLocaleString() : null);
-      c[9].children[0].hidden = st === 'paused';
-      c[9].children[1].hidden = st !== 'paused';
+      c[8].children[0].hidden = st === 'paused';
+      c[8].children[1].hidden = st !== 'paused';
       attr(tr, 'data-state', st);
     }
 
@@ -145,7 +144,7 @@ export default {
       for (const l of lanes) by[laneState(l)]++;
       text(
         summary,
-        count(lanes.length) + ' destinations · ' + by.running + ' running · ' + by.paused + ' paused · ' + by.down + ' down · ' + by.idle + ' idle',
+        plural(lanes.length, 'destination') + ' · ' + by.running + ' running · ' + by.paused + ' paused · ' + by.down + ' down · ' + by.idle + ' idle',
       );
       empty.hidden = shown.length > 0;
       if (q && shown.length === 0) text(empty, 'No destination matches “' + search.value.trim() + '”.');

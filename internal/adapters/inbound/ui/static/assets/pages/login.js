@@ -12,7 +12,12 @@ export default {
   nav: '',
   title: 'Sign in',
   create(ctx) {
-    const reason = sessionStorage.getItem(REASON_KEY) || '';
+    let reason = { message: '', refused: false };
+    try {
+      reason = JSON.parse(sessionStorage.getItem(REASON_KEY)) || reason;
+    } catch {
+      // none, or not ours
+    }
     sessionStorage.removeItem(REASON_KEY);
     const key = h('input', {
       id: 'login-key',
@@ -28,6 +33,9 @@ export default {
     const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-test': 'login-submit' }, 'Sign in');
     const error = h('p', { class: 'login-error', 'data-test': 'login-error', role: 'alert', hidden: true });
     const mode = h('p', { class: 'muted' });
+    // Why the API asked for a key, worth saying only in open mode: a pool
+    // token (AQUIFER_POOL_TOKEN) guards the pool endpoints there.
+    const asked = h('p', { class: 'muted small', hidden: true }, 'The API answered: ' + reason.message);
     const form = h(
       'form',
       { class: 'login-form' },
@@ -42,9 +50,9 @@ export default {
       error,
       submit,
     );
-    ctx.main.append(h('section', { class: 'card login' }, h('h1', null, 'Sign in to Aquifer'), mode, form));
-    if (reason) {
-      text(error, reason);
+    ctx.main.append(h('section', { class: 'card login' }, h('h1', null, 'Sign in to Aquifer'), mode, asked, form));
+    if (reason.refused) {
+      text(error, 'The API refused the key: ' + reason.message);
       error.hidden = false;
     }
 
@@ -76,6 +84,7 @@ export default {
       async refresh(signal) {
         const doc = await api('/health', { accept: [503], signal, key: '' });
         ctx.session.health(doc);
+        asked.hidden = doc.auth !== 'open' || !reason.message || reason.refused;
         if (doc.auth === 'open') {
           text(mode, 'This Aquifer is in open mode: no key is needed (a key entered here is sent anyway, e.g. a pool token).');
         } else {

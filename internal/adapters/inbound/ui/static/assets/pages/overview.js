@@ -74,6 +74,7 @@ export default {
     );
 
     let metricsOff = false;
+    let metricsError = '';
     let metricsNext = 0;
     let metricsEvery = 1000;
     let countsNext = 0;
@@ -87,12 +88,16 @@ export default {
       try {
         body = await api('/metrics', { text: true, signal });
       } catch (err) {
-        if (err.status !== 404) throw err;
-        metricsOff = true;
-        metricsNext = now + 30000;
+        if (err.name === 'AbortError') throw err;
+        // 404: AQUIFER_METRICS=off, asked again now and then. Anything else
+        // (a 503 while four scrapes run) leaves a gap in the charts.
+        metricsOff = err.status === 404;
+        metricsError = metricsOff ? '' : 'metrics: ' + err.message;
+        metricsNext = now + (metricsOff ? 30000 : 5000);
         return;
       }
       metricsOff = false;
+      metricsError = '';
       const m = parseMetrics(body, FAMILIES);
       const t = Date.now();
       record('m:accepted', t, sum(m, 'aquifer_jobs_accepted_total'));
@@ -126,7 +131,7 @@ export default {
 
     function paint(doc) {
       const now = Date.now();
-      const off = metricsOff ? 'metrics are off (AQUIFER_METRICS=off)' : '';
+      const off = metricsOff ? 'metrics are off (AQUIFER_METRICS=off)' : metricsError;
       const r = (k) => (metricsOff ? null : latest(k));
       tiles.ingest.set(rate(r('r:ingest')), off || exact(latest('m:accepted')) + ' accepted since start');
       tiles.dispatch.set(rate(r('r:dispatch')), off || exact(latest('m:attempts')) + ' attempts since start');
