@@ -5,7 +5,7 @@ BIN   := bin
 export GOFLAGS := -buildvcs=false
 export GORACE  := atexit_sleep_ms=0
 
-.PHONY: help run build test test/short bench lint vet fmt clean
+.PHONY: help run build test test/short bench lint vet fmt clean screenshots
 
 help: ## list targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -25,6 +25,10 @@ test: ## go vet + the whole suite with the race detector
 
 test/short: ## quick run without the race detector or the slow end-to-end tests
 	$(GO) test -short -count=1 ./...
+
+screenshots: ## write docs/img/dashboard-*.png: each dashboard page in headless Chromium, from a seeded aquiferd on Postgres
+	@scripts/test-deps.sh
+	AQUIFER_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run '^TestDashboardScreenshots$$' -v ./cmd/aquiferd/
 
 STORE ?= sqlite
 

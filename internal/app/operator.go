@@ -484,6 +484,7 @@ func (h opHooks) Applied(op *domain.Operation, page []*domain.Job, items []ports
 			if t := domain.TenantOfJob(j); t != "" {
 				h.s.tenants.Accepted(t)
 			}
+			h.s.d.RetriedInBulk(j.ID, j.ReadySeq)
 			queues[j.Queue] = true
 		case domain.OpKindCancel:
 			h.s.d.CanceledInBulk(j)

@@ -451,3 +451,35 @@ func TestListCountsAreReusedForASecond(t *testing.T) {
 		t.Fatalf("a second later: counts %v, %v; want 2 queued", later.Counts, err)
 	}
 }
+
+// TestBulkRetryOfCancelledJobs: jobs cancelled a moment ago and then
+// retried in bulk run (the cancellation still remembered for them covers
+// only their cancelled copies).
+func TestBulkRetryOfCancelledJobs(t *testing.T) {
+	target := newUpstream(t, nil)
+	b := setup(t, nil)
+	if _, err := b.svc.PauseLane(t.Context(), target.URL, ""); err != nil {
+		t.Fatal(err)
+	}
+	var ids []domain.JobID
+	for i := range 3 {
+		id := b.enqueue(t, req(fmt.Sprint("x", i), target.URL))
+		if _, err := b.svc.Cancel(t.Context(), id); err != nil {
+			t.Fatalf("Cancel: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := b.svc.ResumeLane(t.Context(), target.URL); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.svc.StartOperation(t.Context(), domain.OpKindRetry, &app.JobQuery{Statuses: []domain.Status{domain.StatusFailed}}, false)
+	if err != nil || res.Count != 3 {
+		t.Fatalf("StartOperation = %+v, %v", res, err)
+	}
+	for _, id := range ids {
+		b.waitStatus(t, id, domain.StatusCompleted)
+	}
+	if n := target.count(); n != 3 {
+		t.Fatalf("target saw %d requests, want 3", n)
+	}
+}

@@ -237,6 +237,19 @@ func (d *Dispatcher) Retried(j *domain.Job) {
 	d.Offer(j)
 }
 
+// RetriedInBulk is Retried for a job a bulk operation re-queued, which the
+// lane reads from the store (Reread) rather than being handed: its new
+// ReadySeq is above lastSeq, the one the operation saw before the retry, so
+// a cancellation remembered for it covers only copies from before.
+func (d *Dispatcher) RetriedInBulk(id domain.JobID, lastSeq int64) {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	if m, ok := d.canceled[id]; ok {
+		m.retrySeq = lastSeq + 1
+		d.canceled[id] = m
+	}
+}
+
 // CanceledInBulk tells subscribers, metrics and quotas that a bulk cancel
 // ended j (claimed with ClaimCancel; the store has recorded it), and has
 // its lane forget it. Its webhook delivery, if any, is due in the store:

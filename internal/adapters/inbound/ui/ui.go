@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aquiferhq/aquifer/internal/adapters/inbound/httpkit"
@@ -61,17 +62,30 @@ type asset struct {
 // Handler returns the dashboard's handler: GET and HEAD of /ui/ (the page)
 // and /ui/assets/… (scripts, styles, icons), a redirect from /ui, and a
 // JSON 404 or 405 for anything else, like the rest of the API.
+//
+// The files are prepared (read, versioned, compressed) on the first request,
+// not before: a daemon whose dashboard nobody opens spends nothing on it.
 func Handler(opts Options) http.Handler {
-	assets, err := load(opts)
-	if err != nil {
-		// The files are compiled in: failing to read them is a build defect.
-		panic("ui: embedded files unreadable: " + err.Error())
-	}
-	return &handler{assets: assets}
+	return &handler{opts: opts}
 }
 
 type handler struct {
-	assets map[string]*asset // by path under /ui/: "" is the page, "assets/app.js" a script
+	opts   Options
+	once   sync.Once
+	assets map[string]*asset // by path under /ui/: "" is the page, "assets/app.js" a script; set by once
+}
+
+// prepared returns the assets, preparing them on first use.
+func (h *handler) prepared() map[string]*asset {
+	h.once.Do(func() {
+		assets, err := load(h.opts)
+		if err != nil {
+			// The files are compiled in: failing to read them is a build defect.
+			panic("ui: embedded files unreadable: " + err.Error())
+		}
+		h.assets = assets
+	})
+	return h.assets
 }
 
 // load reads every embedded file once, so serving is a map lookup.
@@ -116,14 +130,23 @@ func newAsset(b []byte, ctype string) *asset {
 		return a
 	}
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	zw.Reset(&buf)
 	_, _ = zw.Write(b)
 	_ = zw.Close()
+	gzipWriters.Put(zw)
 	if buf.Len() < len(b) {
 		a.gz, a.gzETag = buf.Bytes(), etag(b, "-gz")
 	}
 	return a
 }
+
+// gzipWriters keeps one compressor for every asset (a gzip.Writer holds
+// about a megabyte of state).
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestCompression)
+	return zw
+}}
 
 func etag(b []byte, suffix string) string {
 	sum := sha256.Sum256(b)
@@ -168,7 +191,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
-	a := h.assets[rest]
+	a := h.prepared()[rest]
 	if !ok || a == nil || (rest != "" && !fs.ValidPath(rest)) {
 		httpkit.WriteError(w, http.StatusNotFound, "not found")
 		return
