@@ -30,7 +30,7 @@ export default {
         'p',
         null,
         'This aquiferd does not share its store with other instances, so it dispatches every lane itself. ',
-        'Cluster mode starts when several aquiferd use one Postgres store (AQUIFER_STORE=postgres): each destination is then dispatched by exactly one live instance, which holds its lane lease.',
+        'Cluster mode starts when several aquiferd use one Postgres store (AQUIFER_STORE_BACKEND=postgres): each destination is then dispatched by exactly one live instance, which holds its lane lease.',
       ),
     );
     const store = facts([]);
