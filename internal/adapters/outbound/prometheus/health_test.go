@@ -22,6 +22,8 @@ func fullHealth(context.Context) *app.Health {
 			{Lane: hostA, RPS: 12.5, MaxConcurrent: 4, CeilingRPS: 50, CeilingMaxConcurrent: 16, Queues: 2, PausedQueues: 1, InFlight: 3, Buffered: 64},
 			{Lane: "pool:readers", RPS: 5, MaxConcurrent: 2, CeilingRPS: 5, CeilingMaxConcurrent: 2, Queues: 1},
 		},
+		// A paused destination with no live lane still shows.
+		PausedLanes: []app.PausedLane{{Lane: "https://down.example:443", SinceMS: 1, Reason: "incident"}},
 		Admission: &app.AdmissionHealth{Enabled: true, MemoryMB: 100, MemoryLimitMB: 512, DBBytes: 4096, DBMaxBytes: 8192,
 			RetryAfterSeconds: 5, Rejecting: true, LimitReason: "memory", RejectedTotal: 9},
 		Pools: map[string]app.PoolHealth{
@@ -83,6 +85,9 @@ aquifer_lane_buffered{upstream="pool:readers"} 0
 # TYPE aquifer_lane_paused_queues gauge
 aquifer_lane_paused_queues{upstream="https://a.example:443"} 1
 aquifer_lane_paused_queues{upstream="pool:readers"} 0
+# HELP aquifer_lane_paused 1 for each destination an operator paused (POST /lanes/{destination}/pause): its jobs are stored, none dispatched.
+# TYPE aquifer_lane_paused gauge
+aquifer_lane_paused{upstream="https://down.example:443"} 1
 # HELP aquifer_admission_rejecting 1 while admission control sheds new jobs (the last check found a limit exceeded).
 # TYPE aquifer_admission_rejecting gauge
 aquifer_admission_rejecting 1
@@ -134,7 +139,7 @@ aquifer_cluster_instances 2
 `
 	names := []string{"aquifer_store_up", "aquifer_store_writable", "aquifer_store_ping_seconds", "aquifer_jobs", "aquifer_lanes",
 		"aquifer_lane_rate_rps", "aquifer_lane_max_concurrent", "aquifer_lane_ceiling_rps", "aquifer_lane_in_flight",
-		"aquifer_lane_buffered", "aquifer_lane_paused_queues", "aquifer_admission_rejecting",
+		"aquifer_lane_buffered", "aquifer_lane_paused_queues", "aquifer_lane_paused", "aquifer_admission_rejecting",
 		"aquifer_admission_memory_bytes", "aquifer_admission_memory_limit_bytes", "aquifer_store_bytes",
 		"aquifer_store_max_bytes", "aquifer_pool_members", "aquifer_pool_capacity_rps", "aquifer_pool_member_reputation",
 		"aquifer_pool_member_effective_rps", "aquifer_pool_member_in_flight", "aquifer_pool_member_paused",
