@@ -18,23 +18,21 @@ import (
 // same invocation (-scenario ingest,listing) to compare: the store's reads
 // must not hold up its writer.
 func runListing(ctx context.Context, o options) ([]result, error) {
-	target, err := newTarget()
-	if err != nil {
-		return nil, err
-	}
-	defer target.close()
-	d, err := startDaemon(ctx, o, []upstreamRate{{target.host(), 1, 1}})
-	if err != nil {
-		return nil, err
-	}
-	defer d.stop()
+	return ingestWith(ctx, o, "ingest + listing", "listing", func(ctx context.Context, daemonURL, targetURL string) func() (string, int) {
+		return startLister(ctx, daemonURL, targetURL, o.listInterval)
+	})
+}
+
+// startLister fetches first pages of GET /jobs one after another, interval
+// apart, until the returned function stops it and reports.
+func startLister(ctx context.Context, daemonURL, targetURL string, interval time.Duration) func() (string, int) {
 	queries := []string{
 		"/jobs?status=queued&limit=100",
-		"/jobs?limit=100&destination=" + url.QueryEscape(target.url()),
+		"/jobs?limit=100&destination=" + url.QueryEscape(targetURL),
 		"/jobs?status=failed&limit=100",
 		"/jobs?limit=100&q=t",
 	}
-	lctx, stop := context.WithCancel(ctx)
+	lctx, cancel := context.WithCancel(ctx)
 	var (
 		wg    sync.WaitGroup
 		lats  []time.Duration
@@ -46,7 +44,7 @@ func runListing(ctx context.Context, o options) ([]result, error) {
 		defer wg.Done()
 		client := &http.Client{Timeout: 30 * time.Second}
 		for i := 0; lctx.Err() == nil; i++ {
-			req, _ := http.NewRequestWithContext(lctx, http.MethodGet, d.url+queries[i%len(queries)], nil)
+			req, _ := http.NewRequestWithContext(lctx, http.MethodGet, daemonURL+queries[i%len(queries)], nil)
 			start := time.Now()
 			resp, err := client.Do(req)
 			if err != nil {
@@ -68,35 +66,29 @@ func runListing(ctx context.Context, o options) ([]result, error) {
 				continue
 			}
 			lats = append(lats, time.Since(start))
-			if o.listInterval > 0 {
+			if interval > 0 {
 				select {
-				case <-time.After(o.listInterval):
+				case <-time.After(interval):
 				case <-lctx.Done():
 				}
 			}
 		}
 	}()
-	cpu0, self0 := d.cpuTime(), selfCPU()
-	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, "ingest + listing", bodyMaker(o, "listing", target.url()+"/t", ""))
-	stop()
-	wg.Wait()
-	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
-	pct := func(p float64) time.Duration {
-		if len(lats) == 0 {
-			return 0
+	return func() (string, int) {
+		cancel()
+		wg.Wait()
+		sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+		pct := func(p float64) time.Duration {
+			if len(lats) == 0 {
+				return 0
+			}
+			return lats[min(len(lats)-1, int(p*float64(len(lats))))]
 		}
-		return lats[min(len(lats)-1, int(p*float64(len(lats))))]
+		note := fmt.Sprintf("%d listings during ingest, one every %v after the last (p50 %s, p99 %s, %d failed)", len(lats), interval,
+			ms(pct(0.5)), ms(pct(0.99)), fails)
+		if first != "" {
+			note += "; first failure: " + first
+		}
+		return note, fails
 	}
-	note := fmt.Sprintf("%d listings during ingest, one every %v after the last (p50 %s, p99 %s, %d failed)", len(lats), o.listInterval,
-		ms(pct(0.5)), ms(pct(0.99)), fails)
-	if first != "" {
-		note += "; first failure: " + first
-	}
-	if l.firstErr != "" {
-		note += "; ingest: " + l.firstErr
-	}
-	return []result{{scenario: "ingest + listing", accepted: l.accepted, failed: l.rejected + l.errors + fails,
-		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
-		lost: -1, rss: d.peakRSS(), note: note, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted),
-		harness: perJob(selfCPU()-self0, l.accepted), listing: true}}, nil
 }

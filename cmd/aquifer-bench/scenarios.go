@@ -171,6 +171,15 @@ func serveCeiling(addr string) error {
 // runIngest measures durable ingest alone: the upstream is paced at 1 rps, so
 // dispatch does not compete for the CPU.
 func runIngest(ctx context.Context, o options) ([]result, error) {
+	return ingestWith(ctx, o, "ingest (durable, "+o.sync+" sync)", "ingest", nil)
+}
+
+// ingestWith runs the ingest scenario as name. beside, if set, starts
+// work that runs alongside the submissions (given the daemon's and the
+// target's URLs); the function it returns stops that work and says what it
+// did, for the row's note, and how many of its requests failed.
+func ingestWith(ctx context.Context, o options, name, prefix string,
+	beside func(ctx context.Context, daemonURL, targetURL string) (stop func() (note string, failed int))) ([]result, error) {
 	target, err := newTarget()
 	if err != nil {
 		return nil, err
@@ -181,12 +190,24 @@ func runIngest(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer d.stop()
+	stop := func() (string, int) { return "", 0 }
+	if beside != nil {
+		stop = beside(ctx, d.url, target.url())
+	}
 	cpu0, self0 := d.cpuTime(), selfCPU()
-	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, "ingest", bodyMaker(o, "ingest", target.url()+"/t", ""))
-	return []result{{scenario: "ingest (durable, " + o.sync + " sync)", accepted: l.accepted, failed: l.rejected + l.errors,
+	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, name, bodyMaker(o, prefix, target.url()+"/t", ""))
+	note, failed := stop()
+	r := result{scenario: name, accepted: l.accepted, failed: l.rejected + l.errors + failed,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
 		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted),
-		harness: perJob(selfCPU()-self0, l.accepted)}}, nil
+		harness: perJob(selfCPU()-self0, l.accepted)}
+	if beside != nil {
+		r.note, r.listing = note, true
+		if l.firstErr != "" {
+			r.note += "; ingest: " + l.firstErr
+		}
+	}
+	return []result{r}, nil
 }
 
 // runE2E measures accepted → target → webhook with a fast loopback target.
