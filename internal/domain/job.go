@@ -119,6 +119,10 @@ type Job struct {
 
 	// History is the job's last MaxHistory dispatch attempts, oldest first.
 	History []Attempt
+
+	// JobOptions are the caller's options: schedule, deadline, priority,
+	// retry policy, timeout, trace context.
+	JobOptions
 }
 
 // Result is what the last attempt of a job produced.

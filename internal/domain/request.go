@@ -50,8 +50,26 @@ type JobRequest struct {
 
 	AccountQueue AccountQueueMode // from a request header, never from JSON
 
+	// Options are the caller's job options as sent (all optional).
+	Options OptionsRequest
+
 	upstream UpstreamKey // set by Validate
+	resolved JobOptions  // set by ResolveOptions
 }
+
+// ResolveOptions checks r.Options against the server's bounds and fixes
+// them for a job submitted at now; NewJob then builds the job with them.
+func (r *JobRequest) ResolveOptions(now time.Time, b OptionBounds) error {
+	o, err := r.Options.Resolve(now, b)
+	if err != nil {
+		return err
+	}
+	r.resolved = o
+	return nil
+}
+
+// Resolved returns the options ResolveOptions fixed.
+func (r *JobRequest) Resolved() JobOptions { return r.resolved }
 
 // Upstream returns the destination's key; valid after Validate succeeded.
 func (r *JobRequest) Upstream() UpstreamKey { return r.upstream }
@@ -202,7 +220,10 @@ func ValidateHeaders(field string, h map[string]string) error {
 	return nil
 }
 
-// NewJob builds a queued forward job from a validated request.
+// NewJob builds a queued forward job from a validated request, with the
+// options ResolveOptions fixed (none if it was not called). A job due later
+// is scheduled: it has no ReadyQueue until the store promotes it, and it
+// is kept QueuedTTL past its due time.
 func NewJob(id JobID, r *JobRequest, lane QueueKey, now time.Time) *Job {
 	var headers map[string]string
 	if len(r.Headers) > 0 {
@@ -215,7 +236,7 @@ func NewJob(id JobID, r *JobRequest, lane QueueKey, now time.Time) *Job {
 	if r.Body != "" {
 		body = []byte(r.Body)
 	}
-	return &Job{
+	j := &Job{
 		ID:            id,
 		UserID:        r.UserID,
 		IdempotentKey: r.IdempotentKey,
@@ -231,7 +252,13 @@ func NewJob(id JobID, r *JobRequest, lane QueueKey, now time.Time) *Job {
 		CreatedAt:     now,
 		UpdatedAt:     now,
 		ExpiresAt:     now.Add(QueuedTTL),
+		JobOptions:    r.resolved,
 	}
+	if j.NotBefore.After(now) {
+		j.ReadyQueue = ""
+		j.ExpiresAt = j.NotBefore.Add(QueuedTTL)
+	}
+	return j
 }
 
 func checkText(field, s string, max int) error {

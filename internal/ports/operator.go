@@ -31,8 +31,10 @@ type OperatorStore interface {
 
 	// Retry re-queues a finished job as a new attempt cycle: status queued,
 	// no attempts, deferrals or result, no delivery, ready again in its own
-	// queue with a new ReadySeq, expiring QueuedTTL after p.Now. Its id,
-	// request, Seq and History are kept. It returns the job as stored.
+	// queue with a new ReadySeq, expiring QueuedTTL after p.Now, with no
+	// NotBefore and no Deadline (an operator's retry runs now). Its id,
+	// request, other options, Seq and History are kept. It returns the job
+	// as stored.
 	// ErrNotFound if the job is gone; domain.ErrNotFinished unless
 	// job.Retryable().
 	Retry(ctx context.Context, p *RetryParams) (*domain.Job, error)

@@ -41,7 +41,7 @@ type JobStore interface {
 	Lookup(ctx context.Context, userID, idempotentKey string) (*domain.Job, error)
 
 	// Position returns how many jobs wait in queue ahead of readySeq (not
-	// counting jobs recorded as in_flight).
+	// counting jobs recorded as in_flight), whatever their priority.
 	Position(ctx context.Context, queue domain.QueueKey, readySeq int64) (int, error)
 
 	// Delete removes the job and its idempotency key (so the key can be used
@@ -74,9 +74,9 @@ type JobStore interface {
 	// if the job is gone or has no pending delivery.
 	FinishDelivery(ctx context.Context, p *FinishDeliveryParams) error
 
-	// ListReady returns up to p.Limit unexpired jobs whose next action waits
-	// in p.Queue with ReadySeq > p.AfterSeq, in ReadySeq order. Jobs recorded
-	// as in_flight are not waiting and are left out.
+	// ListReady returns up to p.Limit unexpired jobs of p.Priority whose
+	// next action waits in p.Queue with ReadySeq > p.AfterSeq, in ReadySeq
+	// order. Jobs recorded as in_flight are not waiting and are left out.
 	ListReady(ctx context.Context, p *ListReadyParams) ([]*domain.Job, error)
 
 	// ReadyQueues returns every queue that has at least one job waiting in it.
@@ -106,6 +106,8 @@ type JobStore interface {
 
 	// Close flushes pending batches and releases resources. Safe to call twice.
 	Close() error
+
+	ScheduleStore
 }
 
 // MarkInFlightParams are the arguments of JobStore.MarkInFlight.
@@ -162,7 +164,10 @@ type FinishDeliveryParams struct {
 
 // ListReadyParams are the arguments of JobStore.ListReady.
 type ListReadyParams struct {
-	Queue    domain.QueueKey
+	Queue domain.QueueKey
+	// Priority is the priority of the jobs listed: a queue is read one
+	// priority at a time, each in ReadySeq order.
+	Priority domain.Priority
 	AfterSeq int64
 	Limit    int
 	Now      time.Time
@@ -245,4 +250,55 @@ type WriteChecker interface {
 	// that has tried no write for a while runs a small probe write first, so
 	// a full disk shows without traffic.
 	CheckWrites(ctx context.Context) error
+}
+
+// ScheduleStore is the part of a JobStore that keeps job options: batches
+// inserted in one commit, scheduled jobs promoted when due, jobs past their
+// deadline found, queues read one priority at a time. Every backend
+// implements it (JobStore embeds it).
+//
+// A scheduled job (domain.Job.Scheduled: queued, NotBefore ahead, no
+// ReadyQueue) is durable at once but in no queue: ListReady, ReadyQueues
+// and Position never see it, and it costs no memory in any lane. It counts
+// as queued in Counts.
+type ScheduleStore interface {
+	// InsertBatch inserts every job as Insert does, all in one commit, and
+	// returns one outcome per job in order. A job whose (UserID,
+	// IdempotentKey) a live job holds — or an earlier job of the same batch
+	// — is not inserted; its outcome names the holder.
+	InsertBatch(ctx context.Context, jobs []*domain.Job) ([]InsertOutcome, error)
+
+	// PromoteDue makes up to p.Limit scheduled jobs whose NotBefore is at
+	// or before p.Now ready in their Queue, in NotBefore order (then Seq):
+	// each gets ReadyQueue = Queue and a fresh ReadySeq, assigned in that
+	// order, in one commit. It returns the promoted jobs. Jobs that are no
+	// longer scheduled (cancelled meanwhile) are left alone.
+	PromoteDue(ctx context.Context, p *PromoteParams) ([]*domain.Job, error)
+
+	// NextDue returns the earliest NotBefore among scheduled jobs, or the
+	// zero time when none is scheduled.
+	NextDue(ctx context.Context) (time.Time, error)
+
+	// Overdue returns up to p.Limit unexpired jobs that wait for dispatch
+	// (queued, scheduled or not; not in_flight) whose Deadline is set and
+	// at or before p.Now, earliest deadline first. It only reads.
+	Overdue(ctx context.Context, p *OverdueParams) ([]*domain.Job, error)
+}
+
+// InsertOutcome is one job's result of InsertBatch.
+type InsertOutcome struct {
+	Job   *domain.Job // the job stored, or the live one holding its key
+	Fresh bool
+}
+
+// PromoteParams are the arguments of ScheduleStore.PromoteDue.
+type PromoteParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// OverdueParams are the arguments of ScheduleStore.Overdue.
+type OverdueParams struct {
+	Now   time.Time
+	Limit int
 }

@@ -28,6 +28,30 @@ func (j JobWrites) Insert(ctx context.Context, job *domain.Job) (*domain.Job, bo
 	return r.Job, r.Fresh, r.Err
 }
 
+// InsertBatch implements ports.ScheduleStore: the whole batch is one op,
+// so it commits in one transaction.
+func (j JobWrites) InsertBatch(ctx context.Context, jobs []*domain.Job) ([]ports.InsertOutcome, error) {
+	if len(jobs) == 0 {
+		return []ports.InsertOutcome{}, nil
+	}
+	for _, job := range jobs {
+		if job == nil {
+			return nil, errors.New("insert of a nil job")
+		}
+	}
+	r := j.w.Submit(ctx, &Op{Kind: OpInsertBatch, Inserts: jobs})
+	return r.Batch, r.Err
+}
+
+// PromoteDue implements ports.ScheduleStore.
+func (j JobWrites) PromoteDue(ctx context.Context, p *ports.PromoteParams) ([]*domain.Job, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	r := j.w.Submit(ctx, &Op{Kind: OpPromote, At: p.Now, Limit: p.Limit})
+	return r.Jobs, r.Err
+}
+
 // Delete implements ports.JobStore.
 func (j JobWrites) Delete(ctx context.Context, id domain.JobID) error {
 	return j.w.Submit(ctx, &Op{Kind: OpDelete, ID: id}).Err

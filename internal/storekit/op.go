@@ -33,6 +33,8 @@ const (
 	OpPurge                      // delete the expired jobs found, if still expired at At
 	OpDeleteFinished             // delete the finished jobs found, if still finished with Seq at most Seq
 	OpProbe                      // a small write to see whether commits succeed (CheckWrites)
+	OpInsertBatch                // insert-if-absent of each of Inserts, in order (InsertBatch)
+	OpPromote                    // make up to Limit scheduled jobs due at At ready (PromoteDue)
 
 	// The operator's writes (ports.OperatorStore; OperatorWrites submits them).
 	OpRetry         // re-queue finished job ID as a new attempt cycle (Retry)
@@ -45,8 +47,12 @@ const (
 // Op is one write waiting for the writer.
 type Op struct {
 	Kind Kind
-	Job  *domain.Job  // OpInsert
-	ID   domain.JobID // the job of an op on one job
+	Job  *domain.Job // OpInsert
+	// Inserts are the jobs of an OpInsertBatch, inserted in order: a later
+	// one whose key an earlier one took is a duplicate of it.
+	Inserts []*domain.Job
+	Limit   int          // OpPromote: how many jobs at most
+	ID      domain.JobID // the job of an op on one job
 	// Seq is the job's Seq when the caller knows it (0 if not), for engines
 	// that find a row faster by it; for OpDeleteFinished, the highest Seq
 	// to delete.
@@ -83,11 +89,12 @@ func (f *Found) empty() bool {
 
 // Result is what an op's caller is told.
 type Result struct {
-	Job   *domain.Job // OpInsert: the job stored, or the live one holding its key
-	Fresh bool        // OpInsert: Job was inserted by this op
-	N     int64       // how many jobs changed; OpFinish: the ready_seq of a delivery made due
-	Jobs  []*domain.Job
-	IDs   []domain.JobID // OpRunBatch: the jobs it changed
+	Job   *domain.Job           // OpInsert: the job stored, or the live one holding its key
+	Fresh bool                  // OpInsert: Job was inserted by this op
+	N     int64                 // how many jobs changed; OpFinish: the ready_seq of a delivery made due
+	Jobs  []*domain.Job         // OpPromote: the jobs made ready, in order
+	IDs   []domain.JobID        // OpRunBatch: the jobs it changed
+	Batch []ports.InsertOutcome // OpInsertBatch: one per job of Inserts
 	Err   error
 }
 

@@ -30,7 +30,8 @@ func FromMillis(v int64) time.Time {
 const JobColumns = `seq, id, user_id, idempotent_key, url, pool_id, method, headers, body,
 	webhook_url, lane, status, attempts, deferrals, created_at, updated_at, dispatched_at, expires_at,
 	response_status, response_body, response_truncated, response_content_type, reason,
-	ready_lane, ready_seq, delivery_status, delivery_attempts, delivery_response, delivery_reason, history`
+	ready_lane, ready_seq, delivery_status, delivery_attempts, delivery_response, delivery_reason, history,
+	not_before, deadline, priority, options`
 
 // Row is a job row of the SQL stores as scanned, a field a column.
 type Row struct {
@@ -50,6 +51,9 @@ type Row struct {
 	DeliveryAttempts, DeliveryResponse     int
 	DeliveryReason                         string
 	History                                string // EncodeHistory's JSON
+	NotBefore, Deadline                    int64  // Millis
+	Priority                               int
+	Options                                string // EncodeOptions's JSON
 }
 
 // Dest returns pointers to r's fields in JobColumns order, for a Scan.
@@ -58,7 +62,8 @@ func (r *Row) Dest() []any {
 		&r.Headers, &r.Body, &r.WebhookURL, &r.Queue, &r.Status, &r.Attempts, &r.Deferrals,
 		&r.Created, &r.Updated, &r.Dispatched, &r.Expires,
 		&r.ResponseStatus, &r.ResponseBody, &r.Truncated, &r.ContentType, &r.Reason,
-		&r.ReadyQueue, &r.ReadySeq, &r.DeliveryStatus, &r.DeliveryAttempts, &r.DeliveryResponse, &r.DeliveryReason, &r.History}
+		&r.ReadyQueue, &r.ReadySeq, &r.DeliveryStatus, &r.DeliveryAttempts, &r.DeliveryResponse, &r.DeliveryReason, &r.History,
+		&r.NotBefore, &r.Deadline, &r.Priority, &r.Options}
 }
 
 // Job rebuilds the job of a scanned row. Rows were written by the store, so
@@ -95,6 +100,10 @@ func (r *Row) Job() (*domain.Job, error) {
 		return nil, fmt.Errorf("job %s: %w", r.ID, err)
 	}
 	j.History = h
+	if err := DecodeOptions(r.Options, &j.JobOptions); err != nil {
+		return nil, fmt.Errorf("job %s: %w", r.ID, err)
+	}
+	j.NotBefore, j.Deadline, j.Priority = FromMillis(r.NotBefore), FromMillis(r.Deadline), domain.Priority(r.Priority)
 	return j, nil
 }
 

@@ -55,6 +55,8 @@ func finishedRow() fakeRow {
 		"response_truncated": true, "response_content_type": "text/plain", "reason": "why", "ready_lane": "h.test:80",
 		"ready_seq": int64(8), "delivery_status": "pending", "delivery_attempts": 3, "delivery_response": 503,
 		"delivery_reason": "later", "history": `[{"at":1500,"dur_us":2500,"status":503,"signal":"retry-after"}]`,
+		"not_before": int64(1200), "deadline": int64(60000), "priority": 1,
+		"options": `{"a":3,"b":1500,"mb":60000,"t":2000,"tp":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","ts":"k=v"}`,
 	}
 }
 
@@ -72,6 +74,9 @@ func TestScanJobRebuildsTheJob(t *testing.T) {
 		ReadyQueue: "h.test:80", ReadySeq: 8,
 		Delivery: &domain.Delivery{Status: domain.DeliveryPending, Attempts: 3, ResponseStatus: 503, Reason: "later"},
 		History:  []domain.Attempt{{At: time.UnixMilli(1500), Duration: 2500 * time.Microsecond, Status: 503, Signal: domain.SignalRetryAfter}},
+		JobOptions: domain.JobOptions{NotBefore: time.UnixMilli(1200), Deadline: time.UnixMilli(60000), Priority: domain.PriorityHigh,
+			Retry:   domain.RetryOptions{MaxAttempts: 3, Backoff: 1500 * time.Millisecond, MaxBackoff: time.Minute},
+			Timeout: 2 * time.Second, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v"},
 	}
 	if !reflect.DeepEqual(j, want) {
 		t.Fatalf("ScanJob =\n%+v\nwant\n%+v", j, want)
@@ -81,11 +86,13 @@ func TestScanJobRebuildsTheJob(t *testing.T) {
 func TestScanJobOfAWaitingJob(t *testing.T) {
 	r := finishedRow()
 	r["status"], r["headers"], r["body"], r["dispatched_at"], r["delivery_status"], r["history"] = "queued", "{}", []byte{}, int64(0), "", ""
+	r["not_before"], r["deadline"], r["priority"], r["options"] = int64(0), int64(0), 0, ""
 	j, err := ScanJob(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Result != nil || j.Delivery != nil || j.Headers != nil || j.Body != nil || !j.DispatchedAt.IsZero() || j.History != nil {
+	if j.Result != nil || j.Delivery != nil || j.Headers != nil || j.Body != nil || !j.DispatchedAt.IsZero() || j.History != nil ||
+		j.JobOptions != (domain.JobOptions{}) {
 		t.Fatalf("a queued job without extras: %+v", j)
 	}
 	r["headers"] = "{not json"
@@ -127,6 +134,26 @@ func TestEncodeHeaders(t *testing.T) {
 				t.Fatalf("EncodeHeaders(%v) = %s", h, got)
 			}
 		}
+	}
+}
+
+func TestOptionsRoundTrip(t *testing.T) {
+	for _, o := range []domain.JobOptions{{}, {Timeout: time.Second}, {TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{Retry: domain.RetryOptions{MaxAttempts: 2, Backoff: time.Millisecond, MaxBackoff: time.Hour}, TraceState: "a=b"}} {
+		s, err := EncodeOptions(&o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (s == "") != o.Plain() {
+			t.Fatalf("EncodeOptions(%+v) = %q", o, s)
+		}
+		var back domain.JobOptions
+		if err := DecodeOptions(s, &back); err != nil || back != o {
+			t.Fatalf("round trip of %+v = %+v, %v", o, back, err)
+		}
+	}
+	if err := DecodeOptions("{", &domain.JobOptions{}); err == nil {
+		t.Fatal("bad options decoded")
 	}
 }
 

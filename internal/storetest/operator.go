@@ -27,6 +27,7 @@ func ExerciseOperator(t *testing.T, newStore NewStore) {
 		{"HistoryRoundTrips", testHistory},
 		{"RetentionSetsExpiry", testRetention},
 		{"RetryRequeuesFinishedJobs", testRetry},
+		{"RetryClearsScheduleAndDeadline", testRetryClearsSchedule},
 		{"OperationsRoundTrip", testOperations},
 		{"RunBatchRetries", testRunBatchRetry},
 		{"RunBatchCancels", testRunBatchCancel},

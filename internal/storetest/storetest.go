@@ -62,6 +62,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		{"WritesReportHealthy", testWritesHealthy},
 		{"ClosedStoreFails", testClosed},
 	}
+	tests = append(tests, scheduleTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

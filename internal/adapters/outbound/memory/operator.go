@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
@@ -70,6 +71,7 @@ func (s *Store) retryLocked(j *domain.Job, p *ports.RetryParams) {
 	j.Status, j.Attempts, j.Deferrals, j.Result, j.Delivery = domain.StatusQueued, 0, 0, nil, nil
 	j.ReadyQueue, j.ReadySeq = j.Queue, s.seq
 	j.UpdatedAt, j.ExpiresAt = p.Now, p.Now.Add(domain.QueuedTTL)
+	j.NotBefore, j.Deadline = time.Time{}, time.Time{}
 }
 
 // SaveOperation implements ports.OperatorStore.

@@ -85,6 +85,9 @@ func (s *Store) insertLocked(job *domain.Job) (*domain.Job, bool) {
 	s.seq++
 	j := job.Clone()
 	j.Seq, j.ReadySeq = s.seq, s.seq
+	if j.ReadyQueue == "" {
+		j.ReadySeq = 0 // scheduled: PromoteDue makes it ready
+	}
 	s.jobs[j.ID] = j
 	s.bySeq[j.Seq] = j.ID
 	s.idem[keyOf(j)] = j.ID
@@ -267,7 +270,7 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 	}
 	var out []*domain.Job
 	for _, j := range s.jobs {
-		if j.ReadyQueue == p.Queue && j.ReadySeq > p.AfterSeq && j.Status != domain.StatusInFlight && !j.Expired(p.Now) {
+		if j.ReadyQueue == p.Queue && j.Priority == p.Priority && j.ReadySeq > p.AfterSeq && j.Status != domain.StatusInFlight && !j.Expired(p.Now) {
 			out = append(out, j)
 		}
 	}
@@ -473,4 +476,94 @@ func (s *Store) DeleteFinished(_ context.Context, throughSeq int64, limit int) (
 		}
 	}
 	return n, nil
+}
+
+// InsertBatch implements ports.ScheduleStore.
+func (s *Store) InsertBatch(_ context.Context, jobs []*domain.Job) ([]ports.InsertOutcome, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make([]ports.InsertOutcome, len(jobs))
+	for i, job := range jobs {
+		j, fresh := s.insertLocked(job)
+		out[i] = ports.InsertOutcome{Job: j.Clone(), Fresh: fresh}
+	}
+	return out, nil
+}
+
+// PromoteDue implements ports.ScheduleStore.
+func (s *Store) PromoteDue(_ context.Context, p *ports.PromoteParams) ([]*domain.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var due []*domain.Job
+	for _, j := range s.jobs {
+		if j.Scheduled() && !j.NotBefore.After(p.Now) {
+			due = append(due, j)
+		}
+	}
+	sort.Slice(due, func(a, b int) bool {
+		if !due[a].NotBefore.Equal(due[b].NotBefore) {
+			return due[a].NotBefore.Before(due[b].NotBefore)
+		}
+		return due[a].Seq < due[b].Seq
+	})
+	if len(due) > p.Limit {
+		due = due[:p.Limit]
+	}
+	out := make([]*domain.Job, len(due))
+	for i, j := range due {
+		s.seq++
+		j.ReadyQueue, j.ReadySeq = j.Queue, s.seq
+		out[i] = j.Clone()
+	}
+	return out, nil
+}
+
+// NextDue implements ports.ScheduleStore.
+func (s *Store) NextDue(context.Context) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return time.Time{}, err
+	}
+	var next time.Time
+	for _, j := range s.jobs {
+		if j.Scheduled() && (next.IsZero() || j.NotBefore.Before(next)) {
+			next = j.NotBefore
+		}
+	}
+	return next, nil
+}
+
+// Overdue implements ports.ScheduleStore.
+func (s *Store) Overdue(_ context.Context, p *ports.OverdueParams) ([]*domain.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out []*domain.Job
+	for _, j := range s.jobs {
+		if j.Status == domain.StatusQueued && !j.Deadline.IsZero() && !j.Deadline.After(p.Now) && !j.Expired(p.Now) {
+			out = append(out, j)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if !out[a].Deadline.Equal(out[b].Deadline) {
+			return out[a].Deadline.Before(out[b].Deadline)
+		}
+		return out[a].Seq < out[b].Seq
+	})
+	if len(out) > p.Limit {
+		out = out[:p.Limit]
+	}
+	for i, j := range out {
+		out[i] = j.Clone()
+	}
+	return out, nil
 }
