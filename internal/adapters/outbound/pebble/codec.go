@@ -12,10 +12,13 @@ import (
 )
 
 // recordVersion is the first byte of every record this package writes.
-// Version 1 records (layout 2) lack the history; they are read as they are
-// and rewritten as version 2 when the job next changes.
+// Version 1 records (layout 2) lack the history, version 2 records (layout
+// 3) the job options; both are read as they are (a version 2 record is a
+// job with no options) and rewritten as version 3 when the job next
+// changes.
 const (
-	recordVersion   = 2
+	recordVersion   = 3
+	recordVersionV2 = 2
 	recordVersionV1 = 1
 )
 
@@ -26,6 +29,8 @@ const (
 	flagResultBody
 	flagTruncated
 	flagDelivery
+	flagSchedule // version 3: not_before, deadline and priority follow the history
+	flagOptions  // version 3: the retry policy, timeout and trace context follow
 )
 
 // Status codes, shared by records and the ready index's state byte.
@@ -102,13 +107,14 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// encodeJob appends the record of j to b. Fields with no valid encoding (an unknown status) are an error, so a
-// record that is written can always be read back.
+// encodeJob appends the record of j to b. Fields with no valid encoding (an
+// unknown status, encodable) are an error, so a record that is written can
+// always be read back.
 func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
-	st := statusCode(j.Status)
-	if st == 0 {
-		return b, fmt.Errorf("encode job %s: unknown status %q", j.ID, j.Status)
+	if err := encodable(j); err != nil {
+		return b, err
 	}
+	st := statusCode(j.Status)
 	var flags, dl byte
 	if j.Headers != nil {
 		flags |= flagHeaders
@@ -132,12 +138,16 @@ func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 		d = &domain.Delivery{}
 	} else {
 		flags |= flagDelivery
-		if dl = deliveryCode(d.Status); dl == 0 {
-			return b, fmt.Errorf("encode job %s: unknown delivery status %q", j.ID, d.Status)
-		}
+		dl = deliveryCode(d.Status)
 	}
-	if j.Seq < 0 || j.ReadySeq < 0 || d.Attempts < 0 {
-		return b, fmt.Errorf("encode job %s: negative seq, ready seq or delivery attempts", j.ID)
+	o := &j.JobOptions
+	// A plain job (most) spends no byte on options: the flags say there
+	// are none.
+	if !o.NotBefore.IsZero() || !o.Deadline.IsZero() || o.Priority != domain.PriorityNormal {
+		flags |= flagSchedule
+	}
+	if !o.Plain() {
+		flags |= flagOptions
 	}
 	b = append(b, recordVersion, flags, st, dl)
 	b = binary.AppendUvarint(b, uint64(j.Seq))
@@ -168,8 +178,39 @@ func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 		b = binary.AppendVarint(b, int64(a.Status))
 		b = appendString(appendString(appendString(b, a.Error), a.Signal), a.Member)
 	}
+	if flags&flagSchedule != 0 {
+		b = binary.AppendVarint(b, storekit.Millis(o.NotBefore))
+		b = binary.AppendVarint(b, storekit.Millis(o.Deadline))
+		b = binary.AppendVarint(b, int64(o.Priority))
+	}
+	if flags&flagOptions != 0 {
+		b = binary.AppendVarint(b, int64(o.Retry.MaxAttempts))
+		b = binary.AppendVarint(b, o.Retry.Backoff.Milliseconds())
+		b = binary.AppendVarint(b, o.Retry.MaxBackoff.Milliseconds())
+		b = binary.AppendVarint(b, o.Timeout.Milliseconds())
+		b = appendString(appendString(b, o.TraceParent), o.TraceState)
+	}
 	b = append(b, j.Body...)
 	return append(b, r.Body...), nil
+}
+
+// encodable returns why j has no record encoding (an unknown status,
+// delivery status or priority; a negative seq, ready seq or delivery
+// attempt count), or nil.
+func encodable(j *domain.Job) error {
+	if statusCode(j.Status) == 0 {
+		return fmt.Errorf("encode job %s: unknown status %q", j.ID, j.Status)
+	}
+	if d := j.Delivery; d != nil && deliveryCode(d.Status) == 0 {
+		return fmt.Errorf("encode job %s: unknown delivery status %q", j.ID, d.Status)
+	}
+	if j.Seq < 0 || j.ReadySeq < 0 || (j.Delivery != nil && j.Delivery.Attempts < 0) {
+		return fmt.Errorf("encode job %s: negative seq, ready seq or delivery attempts", j.ID)
+	}
+	if !j.Priority.Valid() {
+		return fmt.Errorf("encode job %s: unknown priority %d", j.ID, j.Priority)
+	}
+	return nil
 }
 
 // decoder decodes the fixed part of a record. The first error sticks.
@@ -241,15 +282,19 @@ func decodeJob(val []byte) (*domain.Job, error) { return decodeRecord(val, true)
 func decodeMeta(val []byte) (*domain.Job, error) { return decodeRecord(val, false) }
 
 func decodeRecord(val []byte, full bool) (*domain.Job, error) {
-	if len(val) == 0 || (val[0] != recordVersion && val[0] != recordVersionV1) {
-		if len(val) == 0 {
-			return nil, errCorrupt
-		}
-		return nil, fmt.Errorf("job record version %d: %w (this build reads versions %d and %d)", val[0], errCorrupt,
+	if len(val) == 0 {
+		return nil, errCorrupt
+	}
+	version := val[0]
+	if version != recordVersion && version != recordVersionV2 && version != recordVersionV1 {
+		return nil, fmt.Errorf("job record version %d: %w (this build reads versions %d to %d)", val[0], errCorrupt,
 			recordVersionV1, recordVersion)
 	}
 	r := decoder{b: val, off: 1}
 	flags, stc, dlc := r.byte(), r.byte(), r.byte()
+	if version < recordVersion && flags&(flagSchedule|flagOptions) != 0 {
+		return nil, errCorrupt // older versions had no options
+	}
 	j := &domain.Job{}
 	j.Seq = r.count()
 	j.ReadySeq = r.count()
@@ -288,8 +333,22 @@ func decodeRecord(val []byte, full bool) (*domain.Job, error) {
 	case nh != 0:
 		r.bad = true
 	}
-	if val[0] != recordVersionV1 {
+	if version != recordVersionV1 {
 		j.History = r.history(s, bodyStart, full)
+	}
+	if flags&flagSchedule != 0 {
+		nb, dl, p := r.varint(), r.varint(), domain.Priority(r.varint())
+		if !p.Valid() {
+			r.bad = true
+		}
+		j.NotBefore, j.Deadline, j.Priority = storekit.FromMillis(nb), storekit.FromMillis(dl), p
+	}
+	if flags&flagOptions != 0 {
+		j.Retry.MaxAttempts = int(r.varint())
+		j.Retry.Backoff = time.Duration(r.varint()) * time.Millisecond
+		j.Retry.MaxBackoff = time.Duration(r.varint()) * time.Millisecond
+		j.Timeout = time.Duration(r.varint()) * time.Millisecond
+		j.TraceParent, j.TraceState = r.str(s), r.str(s)
 	}
 	status, okStatus := statusOf(stc)
 	if r.bad || r.off != bodyStart || !okStatus {
@@ -359,6 +418,26 @@ func readyValue(b []byte, j *domain.Job) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(storekit.Millis(j.ExpiresAt)))
 	return append(b, j.ID...)
 }
+
+// schedValue is the value of an s/ entry: the job's expiry (so Counts
+// leaves out expired scheduled jobs without loading records) and its id.
+func schedValue(b []byte, j *domain.Job) []byte {
+	return append(binary.BigEndian.AppendUint64(b, uint64(storekit.Millis(j.ExpiresAt))), j.ID...)
+}
+
+// parseSched splits an s/ value. id aliases v.
+func parseSched(v []byte) (expiresMS int64, id []byte, ok bool) {
+	if len(v) < 8 {
+		return 0, nil, false
+	}
+	return int64(binary.BigEndian.Uint64(v)), v[8:], true
+}
+
+// waitsWithDeadline reports whether j has a d/ entry: it has a deadline and
+// is not finished (queued, scheduled or in flight). An in-flight job keeps
+// its entry, so MarkInFlight and its requeue write nothing there; Overdue
+// skips it by its record.
+func waitsWithDeadline(j *domain.Job) bool { return !j.Deadline.IsZero() && !j.Status.Terminal() }
 
 // parseReady splits a ready-index value. id aliases v.
 func parseReady(v []byte) (state byte, expiresMS int64, id []byte, ok bool) {

@@ -218,20 +218,48 @@ func TestKeys(t *testing.T) {
 	}
 	for _, lane := range []domain.QueueKey{"", "a", "a\x00b", "h.test:80|t", domain.QueueKey(bytes.Repeat([]byte{0xff}, 300))} {
 		for _, seq := range []int64{0, 1, 1 << 40, 1<<63 - 1} {
-			l, s, ok := parseReadyKey(readyKey(nil, lane, seq))
-			if !ok || string(l) != string(lane) || s != seq {
-				t.Fatalf("parseReadyKey(readyKey(%q, %d)) = %q, %d, %v", lane, seq, l, s, ok)
+			for _, p := range domain.Priorities {
+				l, pc, s, ok := parseReadyKey(readyKey(nil, lane, p, seq))
+				if !ok || string(l) != string(lane) || pc != priorityCode(p) || s != seq {
+					t.Fatalf("parseReadyKey(readyKey(%q, %s, %d)) = %q, %d, %d, %v", lane, p, seq, l, pc, s, ok)
+				}
 			}
 		}
 	}
-	// A lane's keys never fall inside another lane's range.
+	// A lane's keys never fall inside another lane's range, nor one
+	// priority's inside another's; a lane's ranges sort high first.
 	lanes := []domain.QueueKey{"a", "a\x00", "a\x00b", "ab", "b"}
 	for _, x := range lanes {
 		lo, hi := lanePrefix(nil, x), prefixEnd(lanePrefix(nil, x))
 		for _, y := range lanes {
-			k := readyKey(nil, y, 7)
-			if in := bytes.Compare(k, lo) >= 0 && bytes.Compare(k, hi) < 0; in != (x == y) {
-				t.Fatalf("key of lane %q in range of lane %q: %v", y, x, in)
+			for _, p := range domain.Priorities {
+				k := readyKey(nil, y, p, 7)
+				if in := bytes.Compare(k, lo) >= 0 && bytes.Compare(k, hi) < 0; in != (x == y) {
+					t.Fatalf("key of lane %q in range of lane %q: %v", y, x, in)
+				}
+				for _, q := range domain.Priorities {
+					plo := priorityPrefix(nil, x, q)
+					if in := bytes.Compare(k, plo) >= 0 && bytes.Compare(k, prefixEnd(plo)) < 0; in != (x == y && p == q) {
+						t.Fatalf("key of lane %q, %s in range of lane %q, %s: %v", y, p, x, q, in)
+					}
+				}
+			}
+		}
+		if !(bytes.Compare(readyKey(nil, x, domain.PriorityHigh, 9), readyKey(nil, x, domain.PriorityNormal, 1)) < 0 &&
+			bytes.Compare(readyKey(nil, x, domain.PriorityNormal, 9), readyKey(nil, x, domain.PriorityLow, 1)) < 0) {
+			t.Fatalf("lane %q: priority ranges out of order", x)
+		}
+	}
+	// s/ and d/ keys sort by time, negative first, then by seq.
+	for _, mk := range []func([]byte, int64, int64) []byte{schedKey, dueKey} {
+		order := [][2]int64{{-5000, 9}, {-1, 1}, {0, 3}, {1000, 2}, {1000, 7}, {1 << 50, 1}}
+		for i, ts := range order {
+			k := mk(nil, ts[0], ts[1])
+			if ms, seq, ok := parseTimeSeqKey(k); !ok || ms != ts[0] || seq != ts[1] {
+				t.Fatalf("parseTimeSeqKey(%v) = %d, %d, %v", ts, ms, seq, ok)
+			}
+			if i > 0 && bytes.Compare(mk(nil, order[i-1][0], order[i-1][1]), k) >= 0 {
+				t.Fatalf("key of %v does not sort after %v", ts, order[i-1])
 			}
 		}
 	}

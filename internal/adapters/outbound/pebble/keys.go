@@ -11,6 +11,8 @@ var (
 	prefixJob    = []byte("j/")
 	prefixKey    = []byte("k/")
 	prefixReady  = []byte("r/")
+	prefixSched  = []byte("s/") // scheduled jobs by (not_before, seq)
+	prefixDue    = []byte("d/") // waiting jobs with a deadline, by (deadline, seq)
 	prefixExpiry = []byte("e/")
 	prefixStatus = []byte("x/") // jobs by status, newest first
 	prefixIndex  = []byte("i/") // jobs by user, destination or tenant, newest first
@@ -26,9 +28,12 @@ var (
 // Version 1 was a development snapshot (records keyed by seq, plus an
 // index under i/ of another shape); such a store is refused, not misread.
 // Version 2 had no listing indexes, counters, operations or pauses; a
-// version 2 store is migrated when it is opened (migrate).
+// version 2 store is migrated when it is opened (migrate). Version 3 had
+// no priority in the ready-index keys and no s/ or d/ index; it is
+// migrated too (migrate3), a version 2 store first to 3 and then to 4.
 const (
-	layoutVersion   = 3
+	layoutVersion   = 4
+	layoutVersionV3 = 3
 	layoutVersionV2 = 2
 )
 
@@ -49,34 +54,78 @@ func idemKey(b []byte, user, key string) []byte {
 	return append(append(b, user...), key...)
 }
 
-// lanePrefix is the prefix of every ready-index key of lane.
+// lanePrefix is the prefix of every ready-index key of lane, whatever the
+// priority.
 func lanePrefix(b []byte, lane domain.QueueKey) []byte {
 	b = binary.AppendUvarint(append(b, prefixReady...), uint64(len(lane)))
 	return append(b, lane...)
 }
 
-func readyKey(b []byte, lane domain.QueueKey, readySeq int64) []byte {
-	return binary.BigEndian.AppendUint64(lanePrefix(b, lane), uint64(readySeq))
+// priorityCode is a priority's byte in ready-index keys: its Class (0
+// high, 1 normal, 2 low), so that a lane's ranges sort high first.
+func priorityCode(p domain.Priority) byte { return byte(p.Class()) }
+
+// priorityPrefix is the prefix of the ready-index keys of lane's jobs of
+// priority p: one ordered range per priority, which ListReady reads.
+func priorityPrefix(b []byte, lane domain.QueueKey, p domain.Priority) []byte {
+	return append(lanePrefix(b, lane), priorityCode(p))
 }
 
-// parseReadyKey splits a ready-index key into its lane and ready seq.
-func parseReadyKey(k []byte) (lane []byte, readySeq int64, ok bool) {
+func readyKey(b []byte, lane domain.QueueKey, p domain.Priority, readySeq int64) []byte {
+	return binary.BigEndian.AppendUint64(priorityPrefix(b, lane, p), uint64(readySeq))
+}
+
+// parseReadyKey splits a ready-index key into its lane, priority code and
+// ready seq.
+func parseReadyKey(k []byte) (lane []byte, prio byte, readySeq int64, ok bool) {
+	n, start, ok := readyLane(k)
+	if !ok || uint64(len(k)-start) != n+9 {
+		return nil, 0, 0, false
+	}
+	end := start + int(n)
+	return k[start:end], k[end], int64(binary.BigEndian.Uint64(k[end+1:])), true
+}
+
+// readyLane reads the lane length of a ready-index key and where the lane
+// starts. What follows the lane tells the layouts apart: its ready seq
+// alone (8 bytes) in layout 3, a priority code and the seq (9) in layout 4.
+func readyLane(k []byte) (n uint64, start int, ok bool) {
 	if len(k) < len(prefixReady)+1+8 {
-		return nil, 0, false
+		return 0, 0, false
 	}
 	n, w := binary.Uvarint(k[len(prefixReady):])
-	start := len(prefixReady) + w
-	if w <= 0 || uint64(len(k)-start) != n+8 {
-		return nil, 0, false
+	start = len(prefixReady) + w
+	return n, start, w > 0 && n <= uint64(len(k)-start)
+}
+
+// timeKey appends a Unix ms time as 8 key bytes that sort by time,
+// negative times first (the sign bit flipped).
+func timeKey(b []byte, ms int64) []byte { return binary.BigEndian.AppendUint64(b, uint64(ms)^(1<<63)) }
+
+// schedKey is the s/ key of a scheduled job: due at notBeforeMS, then by
+// seq, so PromoteDue reads the due jobs in (NotBefore, Seq) order.
+func schedKey(b []byte, notBeforeMS, seq int64) []byte {
+	return binary.BigEndian.AppendUint64(timeKey(append(b, prefixSched...), notBeforeMS), uint64(seq))
+}
+
+// dueKey is the d/ key of a waiting job whose deadline is deadlineMS, then
+// by seq: Overdue reads them earliest deadline first.
+func dueKey(b []byte, deadlineMS, seq int64) []byte {
+	return binary.BigEndian.AppendUint64(timeKey(append(b, prefixDue...), deadlineMS), uint64(seq))
+}
+
+// parseTimeSeqKey splits an s/ or d/ key into its time (Unix ms) and seq.
+func parseTimeSeqKey(k []byte) (ms, seq int64, ok bool) {
+	if len(k) != 2+8+8 {
+		return 0, 0, false
 	}
-	return k[start : start+int(n)], int64(binary.BigEndian.Uint64(k[start+int(n):])), true
+	return int64(binary.BigEndian.Uint64(k[2:]) ^ (1 << 63)), int64(binary.BigEndian.Uint64(k[10:])), true
 }
 
 // expiryKey is the e/ key of a job expiring at expiresMS (never 0: jobs
 // without expiry have no entry).
 func expiryKey(b []byte, expiresMS int64, id domain.JobID) []byte {
-	b = binary.BigEndian.AppendUint64(append(b, prefixExpiry...), uint64(expiresMS)^(1<<63))
-	return append(b, id...)
+	return append(timeKey(append(b, prefixExpiry...), expiresMS), id...)
 }
 
 func parseExpiryKey(k []byte) (expiresMS int64, id domain.JobID, ok bool) {

@@ -145,13 +145,15 @@ func decodeOperation(v []byte) (*domain.Operation, error) {
 // retried returns a copy of j re-queued as a new attempt cycle, as
 // ports.OperatorStore.Retry defines it: queued in its own queue with
 // readySeq, no attempts, deferrals, result or delivery, expiring QueuedTTL
-// after now; id, request, Seq and History kept. The caller has checked
-// j.Retryable().
+// after now, with no NotBefore and no Deadline (an operator's retry runs
+// now); id, request, Seq, History and the other options kept. The caller
+// has checked j.Retryable().
 func retried(j *domain.Job, readySeq int64, now time.Time) *domain.Job {
 	c := *j
 	c.Status, c.Attempts, c.Deferrals, c.Result, c.Delivery = domain.StatusQueued, 0, 0, nil, nil
 	c.ReadyQueue, c.ReadySeq = j.Queue, readySeq
 	c.UpdatedAt, c.ExpiresAt = now, now.Add(domain.QueuedTTL)
+	c.NotBefore, c.Deadline = time.Time{}, time.Time{}
 	return &c
 }
 

@@ -208,13 +208,18 @@ func (s *Store) init() error {
 		if err := s.db.Set(keyFormat, []byte{layoutVersion}, pebble.Sync); err != nil {
 			return fmt.Errorf("initialise %s: %w", s.opts.Dir, err)
 		}
-	case len(v) == 1 && v[0] == layoutVersionV2:
-		if err := s.migrate(); err != nil {
-			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV2, layoutVersion, err)
+	case len(v) == 1 && (v[0] == layoutVersionV2 || v[0] == layoutVersionV3):
+		if v[0] == layoutVersionV2 {
+			if err := s.migrate(); err != nil {
+				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV2, layoutVersionV3, err)
+			}
+		}
+		if err := s.migrate3(); err != nil {
+			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV3, layoutVersion, err)
 		}
 	case len(v) != 1 || v[0] != layoutVersion:
-		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d (downgrades are not supported)",
-			s.opts.Dir, v, layoutVersion, layoutVersionV2)
+		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d and %d (downgrades are not supported)",
+			s.opts.Dir, v, layoutVersion, layoutVersionV2, layoutVersionV3)
 	}
 	if v, err = get(s.db, keySeq); err != nil {
 		return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, err)
@@ -435,22 +440,28 @@ func live(j *domain.Job, err error, what string) (*domain.Job, error) {
 }
 
 // Position implements ports.JobStore: it counts ready-index entries of the
-// lane before readySeq that are waiting and unexpired, reading no record.
+// lane before readySeq that are waiting and unexpired, in each priority's
+// range, reading no record.
 func (s *Store) Position(_ context.Context, lane domain.QueueKey, readySeq int64) (int, error) {
 	n := 0
 	err := s.read(func() error {
-		lower := lanePrefix(nil, lane)
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: readyKey(nil, lane, max(readySeq, 0))})
-		if err != nil {
-			return err
-		}
 		now := storekit.Millis(time.Now())
-		for ok := it.First(); ok; ok = it.Next() {
-			if state, exp, _, ok := parseReady(it.Value()); ok && state != stInFlight && liveAt(exp, now) {
-				n++
+		for _, p := range domain.Priorities {
+			it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: priorityPrefix(nil, lane, p),
+				UpperBound: readyKey(nil, lane, p, max(readySeq, 0))})
+			if err != nil {
+				return err
+			}
+			for ok := it.First(); ok; ok = it.Next() {
+				if state, exp, _, ok := parseReady(it.Value()); ok && state != stInFlight && liveAt(exp, now) {
+					n++
+				}
+			}
+			if err := errors.Join(it.Error(), it.Close()); err != nil {
+				return err
 			}
 		}
-		return errors.Join(it.Error(), it.Close())
+		return nil
 	})
 	if err != nil {
 		return 0, wrapRead("job position", err)
@@ -465,15 +476,16 @@ func wrapRead(what string, err error) error {
 	return domain.Unavailable(what+" failed", err)
 }
 
-// ListReady implements ports.JobStore.
+// ListReady implements ports.JobStore: one priority's range of the lane in
+// the ready index, from just after p.AfterSeq.
 func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
-	if p.Limit <= 0 {
+	if p.Limit <= 0 || !p.Priority.Valid() {
 		return nil, nil
 	}
 	var out []*domain.Job
 	err := s.read(func() error {
-		lower := readyKey(nil, p.Queue, max(p.AfterSeq, 0)+1)
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lanePrefix(nil, p.Queue))})
+		lower := readyKey(nil, p.Queue, p.Priority, max(p.AfterSeq, 0)+1)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(priorityPrefix(nil, p.Queue, p.Priority))})
 		if err != nil {
 			return err
 		}
@@ -484,13 +496,14 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 			if !ok || state == stInFlight || !liveAt(exp, now) {
 				continue
 			}
-			_, readySeq, _ := parseReadyKey(it.Key())
+			_, _, readySeq, _ := parseReadyKey(it.Key())
 			j, err := loadJob(s.db, domain.JobID(id))
 			if err != nil {
 				return err
 			}
 			// The record may have moved on since the iterator's view.
-			if j == nil || j.ReadyQueue != p.Queue || j.ReadySeq != readySeq || j.Status == domain.StatusInFlight || j.Expired(p.Now) {
+			if j == nil || j.ReadyQueue != p.Queue || j.ReadySeq != readySeq || j.Priority != p.Priority ||
+				j.Status == domain.StatusInFlight || j.Expired(p.Now) {
 				continue
 			}
 			out = append(out, j)
@@ -513,7 +526,7 @@ func (s *Store) ReadyQueues(context.Context) ([]domain.QueueKey, error) {
 			return err
 		}
 		for ok := it.First(); ok; {
-			lane, _, valid := parseReadyKey(it.Key())
+			lane, _, _, valid := parseReadyKey(it.Key())
 			if !valid {
 				ok = it.Next()
 				continue
@@ -533,7 +546,8 @@ func (s *Store) ReadyQueues(context.Context) ([]domain.QueueKey, error) {
 	return lanes, nil
 }
 
-// Counts implements ports.JobStore from the ready index alone.
+// Counts implements ports.JobStore from the ready index and the s/ index
+// (scheduled jobs count as queued), reading no record.
 func (s *Store) Counts(context.Context) (ports.Counts, error) {
 	var c ports.Counts
 	err := s.read(func() error {
@@ -556,12 +570,86 @@ func (s *Store) Counts(context.Context) (ports.Counts, error) {
 				c.Deliveries++
 			}
 		}
+		if err := errors.Join(it.Error(), it.Close()); err != nil {
+			return err
+		}
+		if it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: prefixSched, UpperBound: prefixEnd(prefixSched)}); err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			if exp, _, ok := parseSched(it.Value()); ok && liveAt(exp, now) {
+				c.Queued++
+			}
+		}
 		return errors.Join(it.Error(), it.Close())
 	})
 	if err != nil {
 		return ports.Counts{}, wrapRead("count jobs", err)
 	}
 	return c, nil
+}
+
+// NextDue implements ports.ScheduleStore: the first s/ key, whose time is
+// the earliest NotBefore.
+func (s *Store) NextDue(context.Context) (time.Time, error) {
+	var next time.Time
+	err := s.read(func() error {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixSched, UpperBound: prefixEnd(prefixSched)})
+		if err != nil {
+			return err
+		}
+		if it.First() {
+			nb, _, ok := parseTimeSeqKey(it.Key())
+			if !ok {
+				return errors.Join(errCorruptIndex, it.Close())
+			}
+			next = storekit.FromMillis(nb)
+		}
+		return errors.Join(it.Error(), it.Close())
+	})
+	if err != nil {
+		return time.Time{}, wrapRead("next due job", err)
+	}
+	return next, nil
+}
+
+// Overdue implements ports.ScheduleStore: the d/ range up to p.Now,
+// earliest deadline first. d/ holds only unfinished jobs with a deadline;
+// each entry's record is read, and jobs in flight or expired (not purged
+// yet) are stepped over, so it reads at most the in-flight jobs past their
+// deadline more than it returns.
+func (s *Store) Overdue(_ context.Context, p *ports.OverdueParams) ([]*domain.Job, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	var out []*domain.Job
+	err := s.read(func() error {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixDue,
+			UpperBound: dueKey(nil, storekit.Millis(p.Now)+1, 0)}) // deadline <= now
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok && len(out) < p.Limit; ok = it.Next() {
+			dl, seq, ok := parseTimeSeqKey(it.Key())
+			if !ok {
+				return errors.Join(errCorruptIndex, it.Close())
+			}
+			j, err := loadJob(s.db, domain.JobID(it.Value()))
+			if err != nil {
+				return errors.Join(err, it.Close())
+			}
+			// The record may have moved on since the iterator's view.
+			if j == nil || j.Seq != seq || storekit.Millis(j.Deadline) != dl || j.Status != domain.StatusQueued || j.Expired(p.Now) {
+				continue
+			}
+			out = append(out, j)
+		}
+		return errors.Join(it.Error(), it.Close())
+	})
+	if err != nil {
+		return nil, wrapRead("find overdue jobs", err)
+	}
+	return out, nil
 }
 
 // Ping implements ports.JobStore.

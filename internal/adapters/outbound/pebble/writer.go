@@ -289,13 +289,13 @@ func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 		oldExp = storekit.Millis(old.ExpiresAt)
 	}
 	newExp := storekit.Millis(j.ExpiresAt)
-	if oldReady && (j.ReadyQueue != old.ReadyQueue || j.ReadySeq != old.ReadySeq) {
-		s.kbuf = readyKey(s.kbuf[:0], old.ReadyQueue, old.ReadySeq)
+	if oldReady && (j.ReadyQueue != old.ReadyQueue || j.ReadySeq != old.ReadySeq || j.Priority != old.Priority) {
+		s.kbuf = readyKey(s.kbuf[:0], old.ReadyQueue, old.Priority, old.ReadySeq)
 		w.del(s.kbuf)
 		oldReady = false
 	}
 	if j.ReadyQueue != "" && (!oldReady || readyState(j) != readyState(old) || newExp != oldExp) {
-		s.kbuf = readyKey(s.kbuf[:0], j.ReadyQueue, j.ReadySeq)
+		s.kbuf = readyKey(s.kbuf[:0], j.ReadyQueue, j.Priority, j.ReadySeq)
 		s.rbuf = readyValue(s.rbuf[:0], j)
 		w.set(s.kbuf, s.rbuf)
 	}
@@ -307,7 +307,39 @@ func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 		s.kbuf = expiryKey(s.kbuf[:0], newExp, j.ID)
 		w.set(s.kbuf, nil)
 	}
+	if (old != nil && (old.Scheduled() || waitsWithDeadline(old))) || j.Scheduled() || waitsWithDeadline(j) {
+		w.putSchedule(old, j)
+	}
 	w.putIndexes(old, j)
+}
+
+// putSchedule keeps j's s/ and d/ entries, as put does the others: an s/
+// entry while j is scheduled, a d/ entry while it waits with a deadline.
+// Both keys are written once and then single-deleted; an s/ entry whose
+// expiry changes in place is deleted first (as x/ entries are), so that
+// stays true. A plain job never gets here.
+func (w *wbatch) putSchedule(old, j *domain.Job) {
+	s := w.s
+	oldSched := old != nil && old.Scheduled()
+	if oldSched && (!j.Scheduled() || !j.NotBefore.Equal(old.NotBefore)) {
+		w.sdel(schedKey(s.kbuf[:0], storekit.Millis(old.NotBefore), old.Seq))
+		oldSched = false
+	}
+	if j.Scheduled() && (!oldSched || !j.ExpiresAt.Equal(old.ExpiresAt)) {
+		s.kbuf = schedKey(s.kbuf[:0], storekit.Millis(j.NotBefore), j.Seq)
+		if oldSched {
+			w.del(s.kbuf) // rewritten in place: a plain delete keeps it one write since a delete
+		}
+		w.set(s.kbuf, schedValue(s.rbuf[:0], j))
+	}
+	oldDue := old != nil && waitsWithDeadline(old)
+	if oldDue && (!waitsWithDeadline(j) || !j.Deadline.Equal(old.Deadline)) {
+		w.sdel(dueKey(s.kbuf[:0], storekit.Millis(old.Deadline), old.Seq))
+		oldDue = false
+	}
+	if waitsWithDeadline(j) && !oldDue {
+		w.set(dueKey(s.kbuf[:0], storekit.Millis(j.Deadline), j.Seq), []byte(j.ID))
+	}
 }
 
 // update encodes and writes upd, a changed copy of old.
@@ -335,10 +367,16 @@ func (w *wbatch) remove(j *domain.Job) {
 		w.del(kk)
 	}
 	if j.ReadyQueue != "" {
-		w.del(readyKey(w.s.kbuf[:0], j.ReadyQueue, j.ReadySeq))
+		w.del(readyKey(w.s.kbuf[:0], j.ReadyQueue, j.Priority, j.ReadySeq))
 	}
 	if exp := storekit.Millis(j.ExpiresAt); exp != 0 {
 		w.del(expiryKey(w.s.kbuf[:0], exp, j.ID))
+	}
+	if j.Scheduled() {
+		w.sdel(schedKey(w.s.kbuf[:0], storekit.Millis(j.NotBefore), j.Seq))
+	}
+	if waitsWithDeadline(j) {
+		w.sdel(dueKey(w.s.kbuf[:0], storekit.Millis(j.Deadline), j.Seq))
 	}
 	w.removeIndexes(j)
 }
@@ -361,6 +399,10 @@ func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
 	switch o.Kind {
 	case storekit.OpInsert:
 		return s.insert(w, o.Job)
+	case storekit.OpInsertBatch:
+		return s.insertBatch(w, o.Inserts)
+	case storekit.OpPromote:
+		return s.promote(w, o.At, o.Limit)
 	case storekit.OpDelete:
 		j, err := w.load(o.ID)
 		if err != nil || j == nil {
@@ -481,6 +523,9 @@ func (s *Store) insert(w *wbatch, j *domain.Job) (storekit.Result, error) {
 	// unique (time-ordered, strictly increasing, 80 random bits).
 	stored := *j // shallow: the caller does not mutate a job after handing it over
 	stored.Seq, stored.ReadySeq = s.seq+1, s.seq+1
+	if stored.ReadyQueue == "" {
+		stored.ReadySeq = 0 // scheduled: in no lane until PromoteDue makes it ready
+	}
 	if s.vbuf, err = encodeJob(s.vbuf[:0], &stored); err != nil {
 		return storekit.Result{}, err
 	}
@@ -490,6 +535,81 @@ func (s *Store) insert(w *wbatch, j *domain.Job) (storekit.Result, error) {
 	s.seq++
 	w.put(nil, &stored, s.vbuf)
 	return storekit.Result{Job: &stored, Fresh: true}, nil
+}
+
+// insertBatch inserts jobs in order, each as insert does, into the group's
+// batch: they commit together, and a job finds the keys that stored jobs
+// and earlier jobs of the batch hold (the indexed batch sees its own
+// writes). Every job is checked for what encoding refuses before any is
+// written, so a bad job fails the batch alone and writes nothing; a write
+// failing part way fails the group, never half a batch.
+func (s *Store) insertBatch(w *wbatch, jobs []*domain.Job) (storekit.Result, error) {
+	for _, j := range jobs {
+		if err := encodable(j); err != nil {
+			return storekit.Result{}, err
+		}
+	}
+	out := make([]ports.InsertOutcome, len(jobs))
+	for i, j := range jobs {
+		r, err := s.insert(w, j)
+		if err != nil {
+			w.fail(err) // earlier jobs of the batch are written
+			return storekit.Result{}, nil
+		}
+		out[i] = ports.InsertOutcome{Job: r.Job, Fresh: r.Fresh}
+	}
+	return storekit.Result{Batch: out}, nil
+}
+
+// promote makes up to limit scheduled jobs due at or before at ready in
+// their queue, reading the s/ index from its start (the earliest
+// NotBefore) through the group's batch: a job promoted earlier in the
+// group has left it, so none is promoted twice. Each gets a fresh
+// ReadySeq, in (NotBefore, Seq) order. An entry whose record is no longer
+// that scheduled job (it cannot be, as every write keeps s/, but a record
+// is the truth) is dropped and not counted.
+func (s *Store) promote(w *wbatch, at time.Time, limit int) (storekit.Result, error) {
+	it, err := w.b.NewIter(&pebble.IterOptions{LowerBound: prefixSched,
+		UpperBound: schedKey(nil, storekit.Millis(at)+1, 0)}) // not_before <= at
+	if err != nil {
+		return storekit.Result{}, err
+	}
+	var due []*domain.Job
+	var stale [][]byte
+	for ok := it.First(); ok && len(due) < limit; ok = it.Next() {
+		nb, seq, okKey := parseTimeSeqKey(it.Key())
+		_, id, okVal := parseSched(it.Value())
+		if !okKey || !okVal {
+			return storekit.Result{}, errors.Join(errCorruptIndex, it.Close())
+		}
+		j, err := w.load(domain.JobID(id))
+		if err != nil {
+			return storekit.Result{}, errors.Join(err, it.Close())
+		}
+		if j == nil || !j.Scheduled() || j.Seq != seq || storekit.Millis(j.NotBefore) != nb {
+			stale = append(stale, append([]byte(nil), it.Key()...))
+			continue
+		}
+		due = append(due, j)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return storekit.Result{}, err
+	}
+	for _, k := range stale {
+		w.del(k)
+	}
+	out := make([]*domain.Job, 0, len(due))
+	for _, j := range due {
+		upd := *j
+		upd.ReadyQueue, upd.ReadySeq = j.Queue, s.seq+1
+		if err := w.update(j, &upd); err != nil {
+			w.fail(err) // not reachable: the record decoded, so it encodes
+			return storekit.Result{}, nil
+		}
+		s.seq++
+		out = append(out, &upd)
+	}
+	return storekit.Result{Jobs: out}, nil
 }
 
 // finish records the terminal status and, for a job with a webhook, makes its
