@@ -35,8 +35,8 @@ func scanPrefix(t *testing.T, r reader, prefix []byte) map[string]string {
 	return out
 }
 
-// checkIndexes rebuilds the x/, i/ and c/ entries the records call for and
-// compares them, byte for byte, with the stored ones.
+// checkIndexes rebuilds the r/, s/, d/, x/, i/ and c/ entries the records
+// call for and compares them, byte for byte, with the stored ones.
 func checkIndexes(t *testing.T, s *Store) {
 	t.Helper()
 	s.dbMu.RLock()
@@ -44,11 +44,21 @@ func checkIndexes(t *testing.T, s *Store) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	wantX, wantI, wantC := map[string]string{}, map[string]string{}, map[string]string{}
+	wantR, wantS, wantD := map[string]string{}, map[string]string{}, map[string]string{}
 	counts := map[counter]int64{}
 	for _, v := range scanPrefix(t, snap, prefixJob) {
 		j, err := decodeJob([]byte(v))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if j.ReadyQueue != "" {
+			wantR[string(readyKey(nil, j.ReadyQueue, j.Priority, j.ReadySeq))] = string(readyValue(nil, j))
+		}
+		if j.Scheduled() {
+			wantS[string(schedKey(nil, storekit.Millis(j.NotBefore), j.Seq))] = string(schedValue(nil, j))
+		}
+		if waitsWithDeadline(j) {
+			wantD[string(dueKey(nil, storekit.Millis(j.Deadline), j.Seq))] = string(j.ID)
 		}
 		st := statusCode(j.Status)
 		wantX[string(statusKey(nil, st, j.Seq))] = string(appendStatusValue(nil, j))
@@ -66,7 +76,8 @@ func checkIndexes(t *testing.T, s *Store) {
 		name   string
 		prefix []byte
 		want   map[string]string
-	}{{"x/", prefixStatus, wantX}, {"i/", prefixIndex, wantI}, {"c/", prefixCount, wantC}} {
+	}{{"x/", prefixStatus, wantX}, {"i/", prefixIndex, wantI}, {"c/", prefixCount, wantC},
+		{"r/", prefixReady, wantR}, {"s/", prefixSched, wantS}, {"d/", prefixDue, wantD}} {
 		got := scanPrefix(t, snap, x.prefix)
 		for k, v := range x.want {
 			if g, ok := got[k]; !ok || g != v {
@@ -89,6 +100,24 @@ type workload struct {
 	ids  *domain.IDGenerator
 	jobs []domain.JobID
 	n    int
+	opts bool // insert jobs with options too, batches, and promote scheduled jobs
+}
+
+// options gives j, at random, a schedule (a little ahead, so some become
+// due while the workload runs), a deadline, a priority and the unindexed
+// options; about half the jobs stay plain.
+func (w *workload) options(j *domain.Job) {
+	if w.rng.IntN(4) == 0 {
+		j.NotBefore = time.UnixMilli(time.Now().Add(time.Duration(w.rng.IntN(400)) * time.Millisecond).UnixMilli())
+		j.ReadyQueue, j.ExpiresAt = "", j.NotBefore.Add(domain.QueuedTTL)
+	}
+	if w.rng.IntN(3) == 0 {
+		j.Deadline = time.UnixMilli(time.Now().Add(time.Duration(w.rng.IntN(2000)-1000) * time.Millisecond).UnixMilli())
+	}
+	j.Priority = domain.Priorities[w.rng.IntN(3)]
+	if w.rng.IntN(4) == 0 {
+		j.Timeout, j.TraceParent = time.Second, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	}
 }
 
 var workUsers = []string{"alice", "bob", domain.Scope("acme", "alice"), domain.Scope("acme", "carol"), domain.Scope("zeta", "dan")}
@@ -102,6 +131,9 @@ func (w *workload) insert() {
 	j := domain.NewJob(w.ids.New(), req, lane, time.Now().Add(-time.Duration(w.rng.IntN(3600))*time.Second))
 	if lane == "pool:p1" {
 		j.PoolID = "p1"
+	}
+	if w.opts {
+		w.options(j)
 	}
 	if w.rng.IntN(8) == 0 {
 		j.ExpiresAt = time.Now().Add(-time.Minute) // expired at once: listed never, purged soon
@@ -120,7 +152,11 @@ func (w *workload) pick() domain.JobID { return w.jobs[w.rng.IntN(len(w.jobs))] 
 func (w *workload) step() {
 	ctx, now, id := w.t.Context(), time.Now(), w.pick()
 	var err error
-	switch w.rng.IntN(12) {
+	kinds := 12
+	if w.opts {
+		kinds = 14
+	}
+	switch w.rng.IntN(kinds) {
 	case 0, 1:
 		w.insert()
 	case 2:
@@ -157,6 +193,25 @@ func (w *workload) step() {
 		_, err = w.s.ResetStale(ctx, &ports.ResetStaleParams{DispatchedBefore: now, Now: now})
 	case 11:
 		_, err = w.s.DeleteFinished(ctx, 1<<62, 3)
+	case 12:
+		_, err = w.s.PromoteDue(ctx, &ports.PromoteParams{Now: now, Limit: 1 + w.rng.IntN(4)})
+	case 13:
+		var batch []*domain.Job
+		if j, gerr := w.s.Get(ctx, id); gerr == nil && w.rng.IntN(2) == 0 {
+			batch = append(batch, j) // a duplicate of a stored job
+		}
+		for range 1 + w.rng.IntN(3) {
+			req := &domain.JobRequest{UserID: "batch", IdempotentKey: fmt.Sprint("b", w.rng.IntN(50)), URL: "http://a.test/b", Method: "GET"}
+			j := domain.NewJob(w.ids.New(), req, "a.test:80", now)
+			w.options(j)
+			batch = append(batch, j)
+		}
+		var out []ports.InsertOutcome
+		if out, err = w.s.InsertBatch(ctx, batch); err == nil {
+			for _, o := range out {
+				w.jobs = append(w.jobs, o.Job.ID)
+			}
+		}
 	}
 	if err != nil && domain.CodeOf(err) != domain.CodeNotFound && domain.CodeOf(err) != domain.CodeConflict {
 		w.t.Fatalf("step: %v", err)
@@ -234,8 +289,9 @@ func (w *workload) checkQueries(filters []domain.JobFilter) {
 	}
 }
 
-// TestIndexesFollowEveryWrite: after any mix of writes the x/, i/ and c/
-// entries are exactly what the records call for, and listings and counts
+// TestIndexesFollowEveryWrite: after any mix of writes, of plain jobs and
+// jobs with options, the r/, s/, d/, x/, i/ and c/ entries are exactly
+// what the records call for, and listings and counts
 // agree with reading every job.
 func TestIndexesFollowEveryWrite(t *testing.T) {
 	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
@@ -243,7 +299,7 @@ func TestIndexesFollowEveryWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	w := &workload{t: t, s: s, rng: rand.New(rand.NewPCG(17, 1)), ids: domain.NewIDGenerator(nil)}
+	w := &workload{t: t, s: s, rng: rand.New(rand.NewPCG(17, 1)), ids: domain.NewIDGenerator(nil), opts: true}
 	for range 20 {
 		w.insert()
 	}
@@ -270,7 +326,7 @@ func TestSingleDeletesMeetOneWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	w := &workload{t: t, s: s, rng: rand.New(rand.NewPCG(5, 3)), ids: domain.NewIDGenerator(nil)}
+	w := &workload{t: t, s: s, rng: rand.New(rand.NewPCG(5, 3)), ids: domain.NewIDGenerator(nil), opts: true}
 	for range 30 {
 		w.insert()
 	}

@@ -34,6 +34,9 @@ func fullJob() *domain.Job {
 			{At: at.Add(500 * time.Millisecond), Duration: 30 * time.Second, Error: "timeout \x00 after 30s", Member: "gpu-1"},
 			{At: time.UnixMilli(-5), Duration: -time.Millisecond, Status: -1},
 		},
+		JobOptions: domain.JobOptions{NotBefore: at.Add(time.Minute), Deadline: at.Add(time.Hour), Priority: domain.PriorityHigh,
+			Retry:   domain.RetryOptions{MaxAttempts: 9, Backoff: 1500 * time.Millisecond, MaxBackoff: 90 * time.Second},
+			Timeout: 7 * time.Second, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "k=v\x00"},
 	}
 }
 
@@ -81,6 +84,14 @@ func TestCodecRoundTrip(t *testing.T) {
 		},
 		"large body": func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xab}, 1<<20) },
 		"no history": func(j *domain.Job) { j.History = nil },
+		"no options": func(j *domain.Job) { j.JobOptions = domain.JobOptions{} },
+		"only a priority": func(j *domain.Job) {
+			j.JobOptions = domain.JobOptions{Priority: domain.PriorityLow}
+		},
+		"only unindexed options": func(j *domain.Job) {
+			j.JobOptions = domain.JobOptions{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+		},
+		"schedule before 1970": func(j *domain.Job) { j.NotBefore, j.Deadline = time.UnixMilli(-7), time.UnixMilli(-3) },
 		"full history": func(j *domain.Job) {
 			j.History = nil
 			for i := range domain.MaxHistory {
@@ -107,7 +118,7 @@ func TestCodecRoundTrip(t *testing.T) {
 // decodes to the same job with no history.
 func TestCodecReadsVersion1(t *testing.T) {
 	j := fullJob()
-	j.History = nil
+	j.History, j.JobOptions = nil, domain.JobOptions{}
 	rec, err := encodeJob(nil, j)
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +131,37 @@ func TestCodecReadsVersion1(t *testing.T) {
 	got, err := decodeJob(v1)
 	if err != nil || !reflect.DeepEqual(got, j) {
 		t.Fatalf("version 1 record decodes to %+v, %v; want %+v", got, err, j)
+	}
+}
+
+// TestPlainJobsCostNoOptionBytes: a job without options is encoded exactly
+// as version 2 encoded it (only the version byte differs), so the record
+// of a layout 3 store reads as the same job; a job with only a priority
+// costs three bytes more. A version 2 record claiming options is corrupt.
+func TestPlainJobsCostNoOptionBytes(t *testing.T) {
+	j := fullJob()
+	j.JobOptions = domain.JobOptions{}
+	rec, err := encodeJob(nil, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := append([]byte(nil), rec...)
+	v2[0] = recordVersionV2
+	got, err := decodeJob(v2)
+	if err != nil || !reflect.DeepEqual(got, j) {
+		t.Fatalf("the version 2 form of a plain record decodes to %+v, %v; want %+v", got, err, j)
+	}
+	j.Priority = domain.PriorityHigh
+	withPrio, err := encodeJob(nil, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(withPrio) != len(rec)+3 {
+		t.Fatalf("a priority costs %d bytes, want 3", len(withPrio)-len(rec))
+	}
+	withPrio[0] = recordVersionV2
+	if _, err := decodeJob(withPrio); err == nil {
+		t.Fatal("a version 2 record with options decoded")
 	}
 }
 
@@ -178,6 +220,11 @@ func TestCodecRejectsWhatItCannotEncode(t *testing.T) {
 	j.Delivery.Status = "weird"
 	if _, err := encodeJob(nil, j); err == nil {
 		t.Fatal("unknown delivery status encoded")
+	}
+	j = fullJob()
+	j.Priority = 2
+	if _, err := encodeJob(nil, j); err == nil {
+		t.Fatal("unknown priority encoded")
 	}
 }
 
