@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -15,19 +16,25 @@ import (
 
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 // copyLayout2 copies the layout 2 fixture (testdata/genlayout2 says how it
 // was written) into a new directory: opening it migrates it in place.
-func copyLayout2(t *testing.T) string {
+func copyLayout2(t *testing.T) string { return copyFixture(t, "testdata/layout2") }
+
+// copyLayout3 does the same with the layout 3 fixture (testdata/genlayout3).
+func copyLayout3(t *testing.T) string { return copyFixture(t, "testdata/layout3") }
+
+func copyFixture(t *testing.T, from string) string {
 	t.Helper()
 	dir := t.TempDir()
-	entries, err := os.ReadDir("testdata/layout2")
+	entries, err := os.ReadDir(from)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join("testdata/layout2", e.Name()))
+		b, err := os.ReadFile(filepath.Join(from, e.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +115,7 @@ var layout2Filters = []domain.JobFilter{
 }
 
 // TestMigrateLayout2: a store written by the layout 2 build opens, is
-// migrated to layout 3, lists and counts exactly, takes writes, and opens
+// migrated to layout 3 and then 4, lists and counts exactly, takes writes, and opens
 // again without migrating twice.
 func TestMigrateLayout2(t *testing.T) {
 	dir := copyLayout2(t)
@@ -167,7 +174,7 @@ func TestMigrateLayout2(t *testing.T) {
 		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
 	}
 	s, err = Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t),
-		migrateHook: func(int) error { return errors.New("a layout 3 store was migrated again") }, migrateChunk: 1})
+		migrateHook: func(int) error { return errors.New("a layout 4 store was migrated again") }, migrateChunk: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +214,21 @@ func TestMigrateStartsOverAfterACrash(t *testing.T) {
 	}
 	it.First()
 	first := append([]byte(nil), it.Key()...)
-	if err := errors.Join(it.Close(), db.Delete(first, pebble.Sync)); err != nil {
+	gone, err := decodeJob(it.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the layout 2 build's Delete: the record, its key and its
+	// ready-index entry (layout 2 keys: lane, then the ready seq).
+	del := db.NewBatch()
+	for _, k := range [][]byte{first, idemKey(nil, gone.UserID, gone.IdempotentKey),
+		binary.BigEndian.AppendUint64(lanePrefix(nil, gone.ReadyQueue), uint64(gone.ReadySeq)),
+		expiryKey(nil, storekit.Millis(gone.ExpiresAt), gone.ID)} {
+		if err := del.Delete(k, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := errors.Join(it.Close(), del.Commit(pebble.Sync)); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(scanPrefix(t, db, prefixStatus)); n < 20 {
@@ -241,5 +262,177 @@ func TestRefusesUnknownLayouts(t *testing.T) {
 			s.Close()
 			t.Fatalf("a store of layout %d was opened", v)
 		}
+	}
+}
+
+// TestMigrateLayout3: a store written by the layout 3 build opens and is
+// migrated to layout 4: its jobs are intact, of normal priority and without
+// options, the queued jobs and pending deliveries are still ready in their
+// lanes in the same order, and new jobs with options work beside them.
+func TestMigrateLayout3(t *testing.T) {
+	dir := copyLayout3(t)
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV3 {
+		t.Fatalf("fixture has format %v, want layout 3", v)
+	}
+	// What the layout 3 store holds, read before the migration from its
+	// records and its ready index (lane and ready seq from the old keys).
+	type entry struct {
+		lane  string
+		seq   int64
+		state byte
+	}
+	var before []entry
+	db, err := pebble.Open(dir, &pebble.Options{Logger: zapLogger{zaptestLogger(t)}, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range scanPrefix(t, db, prefixReady) {
+		n, start, ok := readyLane([]byte(k))
+		if !ok || uint64(len(k)-start) != n+8 {
+			t.Fatalf("fixture ready key %q is not of layout 3", k)
+		}
+		before = append(before, entry{k[start : start+int(n)], int64(binary.BigEndian.Uint64([]byte(k[start+int(n):]))), v[0]})
+	}
+	records := len(scanPrefix(t, db, prefixJob))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != 28 || records != 44 { // 12 queued, 6 in flight, 10 deliveries; 48 jobs less 4 deleted
+		t.Fatalf("fixture: %d ready entries, %d records; want 28 and 44", len(before), records)
+	}
+
+	s, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 5})
+	if err != nil {
+		t.Fatalf("open a layout 3 store: %v", err)
+	}
+	checkIndexes(t, s)
+	ctx := t.Context()
+	counts, err := s.CountJobs(ctx, &ports.CountJobsParams{Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[domain.Status]int64{domain.StatusQueued: 12, domain.StatusInFlight: 6, domain.StatusCompleted: 10, domain.StatusFailed: 12}
+	if fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Fatalf("counts after migrating = %v, want %v (the fixture's live jobs)", counts, want)
+	}
+	c, err := s.Counts(ctx)
+	if err != nil || c != (ports.Counts{Queued: 12, InFlight: 6, Deliveries: 10}) {
+		t.Fatalf("Counts after migrating = %+v, %v", c, err)
+	}
+	checkListing(t, s, layout2Filters)
+	all := everyJob(t, s)
+	history := 0
+	for _, j := range all {
+		if j.JobOptions != (domain.JobOptions{}) {
+			t.Fatalf("job %s from a layout 3 record has options %+v", j.ID, j.JobOptions)
+		}
+		if j.Body == nil || j.Headers["Content-Type"] != "application/json" {
+			t.Fatalf("job %s lost its request: %+v", j.ID, j)
+		}
+		if len(j.History) > 0 {
+			history++
+		}
+	}
+	if history != 6+10+12 { // the requeued jobs and every finished live one
+		t.Fatalf("%d jobs kept their history, want 28", history)
+	}
+	// Every ready entry is still there, of normal priority, in its order.
+	for _, lane := range []domain.QueueKey{"a.test:80", "b.test:443", "pool:p1", "a.test:80|acme", "hooks.test:80"} {
+		var wantSeqs []int64
+		for _, e := range before {
+			if e.lane == string(lane) && e.state != stInFlight {
+				wantSeqs = append(wantSeqs, e.seq)
+			}
+		}
+		slices.Sort(wantSeqs)
+		page, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: lane, Priority: domain.PriorityNormal, Limit: 100, Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, j := range page {
+			got = append(got, j.ReadySeq)
+		}
+		if !slices.Equal(got, wantSeqs) {
+			t.Fatalf("ListReady(%s) after migrating = %v, want %v", lane, got, wantSeqs)
+		}
+		if len(got) > 0 {
+			if n, err := s.Position(ctx, lane, got[len(got)-1]); err != nil || n != len(got)-1 {
+				t.Fatalf("Position in %s = %d, %v; want %d", lane, n, err, len(got)-1)
+			}
+		}
+		if high, _ := s.ListReady(ctx, &ports.ListReadyParams{Queue: lane, Priority: domain.PriorityHigh, Limit: 100, Now: time.Now()}); len(high) != 0 {
+			t.Fatalf("migrated jobs of %s are high priority", lane)
+		}
+	}
+
+	// New jobs, plain and with options, work beside the migrated ones.
+	ids := domain.NewIDGenerator(nil)
+	mk := func(key string) *domain.Job {
+		return domain.NewJob(ids.New(), &domain.JobRequest{UserID: "alice", IdempotentKey: key, Method: "GET", URL: "http://a.test/new"},
+			"a.test:80", time.Now())
+	}
+	plain := mk("new-plain")
+	high := mk("new-high")
+	high.Priority = domain.PriorityHigh
+	later := mk("new-later")
+	later.NotBefore = time.UnixMilli(time.Now().Add(time.Minute).UnixMilli())
+	later.ReadyQueue, later.ExpiresAt = "", later.NotBefore.Add(domain.QueuedTTL)
+	out, err := s.InsertBatch(ctx, []*domain.Job{plain, high, later, mk("key-0")}) // key-0: a migrated job's key
+	if err != nil || len(out) != 4 || !out[0].Fresh || !out[1].Fresh || !out[2].Fresh || out[3].Fresh {
+		t.Fatalf("InsertBatch after migrating = %+v, %v", out, err)
+	}
+	if out[0].Job.ReadySeq <= slices.MaxFunc(before, func(a, b entry) int { return int(a.seq - b.seq) }).seq {
+		t.Fatalf("a new job's ready seq %d is not after the migrated ones", out[0].Job.ReadySeq)
+	}
+	if h, _ := s.ListReady(ctx, &ports.ListReadyParams{Queue: "a.test:80", Priority: domain.PriorityHigh, Limit: 10, Now: time.Now()}); len(h) != 1 || h[0].ID != high.ID {
+		t.Fatalf("high priority after migrating = %v", h)
+	}
+	if p, err := s.PromoteDue(ctx, &ports.PromoteParams{Now: time.Now().Add(2 * time.Minute), Limit: 10}); err != nil || len(p) != 1 || p[0].ID != later.ID {
+		t.Fatalf("PromoteDue after migrating = %v, %v", p, err)
+	}
+	checkIndexes(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersion {
+		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
+	}
+	s, err = Open(ctx, Options{Dir: dir, Logger: zaptestLogger(t),
+		migrateHook: func(int) error { return errors.New("a layout 4 store was migrated again") }, migrateChunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkIndexes(t, s)
+}
+
+// TestMigrateLayout3AfterACrash: a migration to layout 4 stopped part way
+// leaves layout 3 with some ready keys converted; the next open converts
+// the rest and leaves every entry exactly once.
+func TestMigrateLayout3AfterACrash(t *testing.T) {
+	dir := copyLayout3(t)
+	crash := errors.New("crash")
+	_, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 10,
+		migrateHook: func(done int) error {
+			if done == 20 {
+				return crash
+			}
+			return nil
+		}})
+	if !errors.Is(err, crash) {
+		t.Fatalf("open with a migration stopped part way = %v", err)
+	}
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV3 {
+		t.Fatalf("format after a stopped migration = %v, want layout 3", v)
+	}
+	s, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkIndexes(t, s)
+	if c, err := s.Counts(t.Context()); err != nil || c != (ports.Counts{Queued: 12, InFlight: 6, Deliveries: 10}) {
+		t.Fatalf("Counts after the second migration = %+v, %v", c, err)
 	}
 }
