@@ -53,9 +53,14 @@
 //
 // # Reads
 //
-// Get, Lookup, ListReady, Position, ReadyQueues and Counts read the database
-// directly with point lookups and bounded iterators, never through the writer.
-// Position and Counts read only the ready index, never a record. The Seq hints
+// Get, Lookup, ListReady, Position, ReadyQueues, Counts, NextDue and Overdue
+// read the database directly with point lookups and bounded iterators, never
+// through the writer. Position and Counts read only the ready and scheduled
+// indexes, never a record. ListReady reads one priority's range of its
+// lane; NextDue is the first s/ key; Overdue walks the d/ range up to now.
+// PromoteDue is a write: the writer reads the s/ range up to now through
+// the group's batch, so a job promoted earlier in the group is not found
+// again. The Seq hints
 // in ports' parameter structs are not needed: records are keyed by job id.
 //
 // ListJobs and CountJobs (ports.OperatorStore) read one Pebble snapshot
@@ -76,7 +81,9 @@
 //
 //	j/<job id>                                       → the job record (see below)
 //	k/<uvarint len(user)><user><idempotent key>      → <job id>
-//	r/<uvarint len(lane)><ready lane><ready_seq:8>   → <state:1><expires_at ms:8><job id>
+//	r/<uvarint len(lane)><ready lane><prio:1><ready_seq:8> → <state:1><expires_at ms:8><job id>
+//	s/<not_before ms:8><seq:8>                       → <expires_at ms:8><job id>
+//	d/<deadline ms:8><seq:8>                         → <job id>
 //	e/<expires_at ms:8><job id>                      → empty
 //	x/<status:1><^seq:8>                             → <summary><response status varint>
 //	i/<dim:1><uvarint len(value)><value><^seq:8>     → <job id, packed>
@@ -84,7 +91,7 @@
 //	o/<operation id>                                 → the bulk operation, JSON (its filter as storekit.EncodeFilter)
 //	p/<upstream>                                     → <paused at ms varint><reason>
 //	m/seq                                            → <highest seq or ready_seq ever assigned:8>
-//	m/format                                         → <layout version:1> (currently 3)
+//	m/format                                         → <layout version:1> (currently 4)
 //	m/probe                                          → <time of the latest write probe, ms:8> (never read)
 //
 // j/ holds one record per job for its whole lifecycle (request, result,
@@ -97,7 +104,12 @@
 // deletes that job and takes the key.
 //
 // r/ is the ready index: one entry per job whose next action waits in a lane
-// (Job.ReadyQueue != ""), ordered within the lane by ReadySeq. The state byte
+// (Job.ReadyQueue != ""), ordered within the lane by priority (the prio byte
+// is Priority.Class: 0 high, 1 normal, 2 low), then ReadySeq: each priority
+// of a lane is its own ordered range, which ListReady pages (a lane is read
+// one priority at a time), and Position counts the entries before a
+// ReadySeq in all three. A job's priority never changes, and a result waits
+// for delivery under its job's priority in the receiver's lane. The state byte
 // is 'q' (queued for dispatch), 'f' (in flight: not waiting, skipped by
 // ListReady, Position and Counts) or 'd' (result waiting for webhook
 // delivery). The entry carries the job's expiry (0 for none) so Position and
@@ -105,9 +117,23 @@
 // that changes a job's ready lane, ReadySeq, status or expiry rewrites its
 // entry in the same batch.
 //
+// s/ is the scheduled index: one entry per scheduled job (Job.Scheduled:
+// queued, NotBefore set, no ready lane), ordered by (NotBefore, Seq), which
+// is the order PromoteDue promotes in; NextDue is its first key. A job
+// promoted, finished (a cancel), deleted or purged leaves it in the same
+// batch. The entry carries the job's expiry so Counts counts scheduled
+// jobs as queued without loading records.
+//
+// d/ is the deadline index: one entry per unfinished job with a Deadline
+// (queued, scheduled or in flight), ordered by (Deadline, Seq). It is
+// written by the insert and deleted when the job finishes (or is deleted
+// or purged); an in-flight job keeps its entry, so MarkInFlight and
+// Requeue touch nothing here, and Overdue skips it by its record. Retry
+// clears the deadline, so a retried job has none.
+//
 // e/ is the expiry index Purge walks in expiry order; the millisecond time has
-// its sign bit flipped so that negative times sort first. A job whose
-// ExpiresAt is zero never expires and has no e/ entry.
+// its sign bit flipped so that negative times sort first (as in s/ and d/).
+// A job whose ExpiresAt is zero never expires and has no e/ entry.
 //
 // x/ is the status index: one entry per job, under its status code ('q',
 // 'f', 'c', 'x', as in records), newest first. It moves when the status
@@ -127,11 +153,14 @@
 //
 // A packed job id is 1 and the 16 bytes of the 32 hex characters
 // domain.IDGenerator makes (0 and the length-prefixed string for any other
-// id). Each x/ and i/ key is written once between deletes, so it is
-// deleted with Pebble's SingleDelete: a delete that meets its write in a
-// flush or compaction drops both, instead of leaving a tombstone that
-// listings step over and compactions carry down (a job that finishes
-// within a memtable's lifetime leaves nothing of its x/q entry). Pebble
+// id). Each x/, i/, s/ and d/ key is written once between deletes (an
+// entry rewritten in place is deleted first), so it is deleted with
+// Pebble's SingleDelete: a delete that meets its write in a flush or
+// compaction drops both, instead of leaving a tombstone that listings step
+// over and compactions carry down (a job that finishes within a memtable's
+// lifetime leaves nothing of its x/q entry; PromoteDue and NextDue, which
+// read s/ from its start, do not step over the entries of jobs promoted
+// since the last compaction). Pebble
 // reports a single delete that met no write, or two, as a possible misuse,
 // which the store logs as an error.
 //
@@ -153,6 +182,17 @@
 // delete the same entries deleted; and a share of the group's counter
 // writes. The extra keys cost most in Pebble's memtable inserts, flushes
 // and compactions, not in the writer (see BenchmarkInsertParallel).
+//
+// Job options (layout 4) cost a plain job — normal priority, due at once,
+// no deadline, no other option — one byte per ready-index key (the
+// priority) and nothing else: its record is as long as in layout 3, and
+// it has no s/ or d/ entry. A scheduled job writes an s/ entry at insert
+// instead of an r/ one, and PromoteDue moves it (an s/ single delete, an
+// r/ set, the record); a job with a deadline writes one d/ entry at insert
+// and single-deletes it when it finishes. In the record, a priority alone
+// costs 3 bytes, a NotBefore or a Deadline about 6 more each; the retry
+// policy, timeout and trace context their size plus 6. InsertBatch writes what its inserts do, in
+// one commit.
 //
 // # Listing and counting
 //
@@ -224,6 +264,18 @@
 //
 // # Migration
 //
+// A store of layout 3 (ready-index keys without the priority byte, no s/
+// or d/) is migrated when it is opened, before the writer starts: every r/
+// key is rewritten with the normal priority's byte after its lane (no
+// layout 3 job had another priority, a schedule or a deadline, so s/ and
+// d/ start empty), in chunks of 4096 committed without a sync, and the
+// last batch writes m/format 4 with a sync. A crash part way leaves format
+// 3 with some keys rewritten; the next open rewrites the rest, telling the
+// two forms apart by what follows the lane (8 bytes in layout 3, 9 in 4).
+// Records are not rewritten: version 2 (and 1) records read as jobs with
+// no options and become version 3 when the job next changes. A layout 2
+// store is migrated to 3 as below, then to 4.
+//
 // A store of layout 2 (no x/, i/, c/, o/, p/ and version 1 records) is
 // migrated when it is opened, before the writer starts: x/, i/ and c/ are
 // first cleared (what an interrupted earlier run left), the records are
@@ -235,12 +287,13 @@
 //
 // # Record encoding
 //
-// A record starts with a version byte (2; 1 is read too). Version 2 is, in
-// order:
+// A record starts with a version byte (3; 2 and 1 are read too). Version 3
+// is, in order:
 //
 //	flags:1          bit 0 headers present (nil vs empty map), bit 1 body present,
 //	                 bit 2 result present, bit 3 result body present,
-//	                 bit 4 result body truncated, bit 5 delivery present
+//	                 bit 4 result body truncated, bit 5 delivery present,
+//	                 bit 6 schedule present, bit 7 options present
 //	status:1         'q' queued, 'f' in flight, 'c' completed, 'x' failed
 //	delivery:1       'p' pending, 'd' delivered, 'x' failed; 0 without delivery
 //	uvarint ×2       seq, ready_seq
@@ -255,12 +308,18 @@
 //	uvarint + attempts  history count, then per attempt: varint started at
 //	                 (Unix ms), duration (ms), HTTP status; strings error,
 //	                 signal, member
+//	varint ×3        if bit 6: not_before, deadline (Unix ms; 0 none), priority
+//	                 (-1 low, 0 normal, 1 high)
+//	varint ×4 + string ×2  if bit 7: retry max attempts, backoff, max backoff,
+//	                 timeout (ms); traceparent, tracestate
 //	bytes            body, then result body (lengths given above)
 //
-// Version 1 is the same without the history. Strings come before the bodies
+// A plain job sets neither bit 6 nor 7 and spends no byte on options.
+// Version 2 is the same without bits 6 and 7 (a version 2 record setting
+// them is corrupt); version 1 is version 2 without the history. Strings come before the bodies
 // so a decoder copies all of them with one string conversion and the bodies
 // separately, never holding a body twice. Times and durations have
 // millisecond precision, as in the sqlite store. Records of an unknown
-// version are refused, and so is a store whose m/format is neither 3 nor 2
+// version are refused, and so is a store whose m/format is not 4, 3 or 2
 // (1 was an unreleased development layout).
 package pebble
