@@ -40,8 +40,13 @@ func TestRetriedAndCancelParams(t *testing.T) {
 	now := time.UnixMilli(1_750_000_000_000)
 	j := &domain.Job{ID: "j", Seq: 7, Queue: "a.test:80", Status: domain.StatusFailed, Attempts: 3, Deferrals: 2,
 		Result: &domain.Result{Reason: "x"}, Delivery: &domain.Delivery{Status: domain.DeliveryFailed},
-		History: []domain.Attempt{{Status: 500}}, ReadySeq: 9}
+		History: []domain.Attempt{{Status: 500}}, ReadySeq: 9,
+		JobOptions: domain.JobOptions{NotBefore: now.Add(-time.Hour), Deadline: now.Add(-time.Minute), Priority: domain.PriorityLow,
+			Timeout: time.Second, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 	r := retried(j, 12, now)
+	if want := (domain.JobOptions{Priority: domain.PriorityLow, Timeout: time.Second, TraceParent: j.TraceParent}); r.JobOptions != want {
+		t.Fatalf("retried options = %+v, want %+v (no schedule, no deadline, the rest kept)", r.JobOptions, want)
+	}
 	if r.Status != domain.StatusQueued || r.Attempts != 0 || r.Deferrals != 0 || r.Result != nil || r.Delivery != nil ||
 		r.ReadyQueue != "a.test:80" || r.ReadySeq != 12 || r.Seq != 7 || len(r.History) != 1 ||
 		!r.ExpiresAt.Equal(now.Add(domain.QueuedTTL)) || !r.UpdatedAt.Equal(now) {
