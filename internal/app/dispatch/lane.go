@@ -835,13 +835,21 @@ func (q *queue) forget(j *domain.Job) {
 }
 
 // head returns the work that goes next under the priority rule (nil if the
-// windows are empty) and remembers its stream for pop.
+// windows are empty) and remembers its stream for pop. A stream with nothing
+// in memory whose store read is due or running may hold work that goes
+// first: until it is read, lower priorities wait for it (a short wait, and
+// only when higher-priority work has just arrived or the lane has just
+// started).
 func (q *queue) head() *domain.Job {
 	var best *domain.Job
 	var bestAt time.Time
 	for c := range q.streams {
-		w := q.streams[c].window
+		st := &q.streams[c]
+		w := st.window
 		if len(w) == 0 {
+			if st.stale || st.fetching {
+				break
+			}
 			continue
 		}
 		// Class c counts as arriving (2-c) aging steps earlier than low.
