@@ -185,7 +185,11 @@ func (s *Scheduler) promote(ctx context.Context, now time.Time) bool {
 			if ctx.Err() == nil {
 				s.cfg.Log.Warn("promoting due jobs failed; retrying", zap.Error(err))
 			}
-			s.Scheduled(now) // still due
+			s.mu.Lock()
+			if s.next.IsZero() || now.Before(s.next) {
+				s.next = now // still due (without a wake: the caller waits before trying again)
+			}
+			s.mu.Unlock()
 			return false
 		}
 		for _, j := range jobs {
