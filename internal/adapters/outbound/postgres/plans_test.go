@@ -36,7 +36,8 @@ func TestQueriesUseIndexes(t *testing.T) {
 	schema := newSchema(t)
 	openStore(t, schema, "a:1", nil)
 	start := time.Now()
-	// Job options: a fifth of the jobs high priority and a fifth low; one
+	// Job options: a seventh of the jobs high priority and a seventh low
+	// (7 is coprime with the other moduli, so every lane has each); one
 	// in 50 scheduled (in no lane yet, due over the next 20000 s); one in
 	// 30 with a deadline (1000 s apart).
 	exec(t, schema, `INSERT INTO jobs (id, seq, user_id, idempotent_key, method, lane, status, created_at, updated_at,
@@ -46,7 +47,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		1, 1, 1, 9000000000000000,
 		CASE WHEN g % 10 = 0 OR (g % 50 = 3 AND g % 97 <> 0) THEN '' ELSE l.lane END,
 		CASE WHEN g % 50 = 3 AND g % 97 <> 0 THEN 0 ELSE g END, 'p' || (g % 3),
-		CASE g % 5 WHEN 1 THEN 1 WHEN 2 THEN -1 ELSE 0 END,
+		CASE g % 7 WHEN 1 THEN 1 WHEN 2 THEN -1 ELSE 0 END,
 		CASE WHEN g % 50 = 3 THEN $2::bigint + g * 1000 ELSE 0 END,
 		CASE WHEN g % 30 = 7 THEN $2::bigint + g * 1000 ELSE 0 END
 	FROM generate_series(1, $1::int) g,
@@ -60,6 +61,10 @@ func TestQueriesUseIndexes(t *testing.T) {
 	// read the table for that part; its scheduled jobs' part must still be
 	// an index-only count of jobs_scheduled.
 	mayScan := map[string]bool{"Counts": true}
+	// The reads that must find what they look for in this table (so that
+	// their plans are of real work).
+	wantRows := map[string]int{"ListReady": 100, "ListReady (high)": 100, "ListReady (tenant lane)": 100,
+		"PromoteDue": 100, "NextDue": 1, "Overdue": 100}
 	for _, c := range []struct {
 		name  string
 		sql   string
@@ -69,7 +74,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"Position", sqlPosition, []any{"http://up7.test:80", int64(rows / 2), now}, "jobs_ready"},
 		{"ListReady", sqlListReady, []any{"http://up7.test:80", int64(rows / 2), now, 100, int16(0)}, "jobs_ready"},
 		{"ListReady (high)", sqlListReady, []any{"http://up7.test:80", int64(rows / 2), now, 100, int16(1)}, "jobs_ready"},
-		{"ListReady (tenant lane)", sqlListReady, []any{"http://up8.test:80|" + "c4ca4238a0b923820dcc509a", int64(0), now, 100, int16(-1)}, "jobs_ready"},
+		{"ListReady (tenant lane)", sqlListReady, []any{"http://up8.test:80|" + "c4ca4238a0b923820dcc509a", int64(0), now, 100, int16(1)}, "jobs_ready"},
 		{"ReadyQueues", sqlReadyQueues, nil, "jobs_ready"},
 		{"Counts", sqlCounts, []any{now}, "jobs_scheduled"},
 		// Job options: promoting the first 100 of the jobs due (about a
@@ -97,6 +102,9 @@ func TestQueriesUseIndexes(t *testing.T) {
 			}
 			if !mayScan[c.name] && nodes[0].Plan.scans("jobs") {
 				t.Errorf("%s (%s) scans jobs sequentially:\n%s", c.name, mode, plan)
+			}
+			if n, ok := wantRows[c.name]; ok && nodes[0].Plan.Rows != n {
+				t.Errorf("%s (%s) found %d rows, want %d", c.name, mode, nodes[0].Plan.Rows, n)
 			}
 			if c.index != "" && !nodes[0].Plan.uses(c.index) {
 				t.Errorf("%s (%s) does not use %s:\n%s", c.name, mode, c.index, plan)
@@ -181,6 +189,7 @@ type planNode struct {
 	NodeType   string     `json:"Node Type"`
 	Relation   string     `json:"Relation Name"`
 	Index      string     `json:"Index Name"`
+	Rows       int        `json:"Actual Rows"`
 	SharedHit  int        `json:"Shared Hit Blocks"`
 	SharedRead int        `json:"Shared Read Blocks"`
 	Plans      []planNode `json:"Plans"`

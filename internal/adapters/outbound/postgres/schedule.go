@@ -180,9 +180,9 @@ const sqlOverdue = "SELECT " + jobColumns + ` FROM jobs
 	WHERE deadline <> 0 AND status = 'queued' AND deadline <= $1 AND expires_at > $1
 	ORDER BY deadline, seq LIMIT $2`
 
-// Overdue implements ports.ScheduleStore. It reads every process's jobs:
-// whichever process finds a job past its deadline fails it (through
-// Finish, which changes only a job still waiting).
+// Overdue implements ports.ScheduleStore. It reads every process's jobs,
+// whoever holds their lanes (the app fails those of the lanes it holds,
+// through Finish, which changes only a job still waiting).
 func (s *Store) Overdue(ctx context.Context, p *ports.OverdueParams) ([]*domain.Job, error) {
 	if s.isClosed() {
 		return nil, domain.ErrClosed
