@@ -349,7 +349,7 @@
 // A job's options (domain.JobOptions) are four columns (migration 5):
 // not_before and deadline (Unix ms, 0: none), priority (-1 low, 0 normal,
 // 1 high; a CHECK keeps it to those) and options, the rest (retry policy,
-// timeout, trace context) as storekit.EncodeOptions's small JSON, '' for
+// timeout, trace context) as storekit.EncodeOptions's small JSON, empty for
 // most jobs. Every read returns them (jobColumns). What each index holds,
 // and so what it costs the writer:
 //
@@ -370,7 +370,7 @@
 // flight takes it out, a requeue puts it back). Retry and RunBatch's retry
 // clear both, so a retried job is in neither.
 //
-// A scheduled job is inserted with ready_lane '' and ready_seq 0: it is in
+// A scheduled job is inserted with an empty ready_lane and ready_seq 0: it is in
 // no queue, and ListReady, ReadyQueues and Position, which read jobs_ready,
 // never see it. Counts counts it as queued (an index-only count of
 // jobs_scheduled beside the count of the queues). The writer's insert sets
