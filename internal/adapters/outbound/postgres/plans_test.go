@@ -61,10 +61,10 @@ func TestQueriesUseIndexes(t *testing.T) {
 	// read the table for that part; its scheduled jobs' part must still be
 	// an index-only count of jobs_scheduled.
 	mayScan := map[string]bool{"Counts": true}
-	// The reads that must find what they look for in this table (so that
-	// their plans are of real work).
-	wantRows := map[string]int{"ListReady": 100, "ListReady (high)": 100, "ListReady (tenant lane)": 100,
-		"PromoteDue": 100, "NextDue": 1, "Overdue": 100}
+	// The reads that must find something in this table, so that their
+	// plans are of real work.
+	finds := map[string]bool{"ListReady": true, "ListReady (high)": true, "ListReady (tenant lane)": true,
+		"PromoteDue": true, "NextDue": true, "Overdue": true}
 	for _, c := range []struct {
 		name  string
 		sql   string
@@ -103,8 +103,8 @@ func TestQueriesUseIndexes(t *testing.T) {
 			if !mayScan[c.name] && nodes[0].Plan.scans("jobs") {
 				t.Errorf("%s (%s) scans jobs sequentially:\n%s", c.name, mode, plan)
 			}
-			if n, ok := wantRows[c.name]; ok && nodes[0].Plan.Rows != n {
-				t.Errorf("%s (%s) found %d rows, want %d", c.name, mode, nodes[0].Plan.Rows, n)
+			if finds[c.name] && nodes[0].Plan.Rows == 0 {
+				t.Errorf("%s (%s) found nothing: the seed does not exercise it", c.name, mode)
 			}
 			if c.index != "" && !nodes[0].Plan.uses(c.index) {
 				t.Errorf("%s (%s) does not use %s:\n%s", c.name, mode, c.index, plan)
