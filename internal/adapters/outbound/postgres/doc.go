@@ -368,7 +368,10 @@
 // finished, cancelled included (status no longer queued); a job with a
 // deadline has one in jobs_deadline whenever it is queued (marking it in
 // flight takes it out, a requeue puts it back). Retry and RunBatch's retry
-// clear both, so a retried job is in neither.
+// clear both, so a retried job is in neither. In WAL, a plain job's insert
+// went from 1,080 to 1,105 bytes (the four columns, about 20 bytes of the
+// row, and jobs_ready's priority), its mark in flight and finish from 969
+// to 985 bytes, and 4,000 finished jobs' indexes from 2,661 to 2,704 kB.
 //
 // A scheduled job is inserted with an empty ready_lane and ready_seq 0: it is in
 // no queue, and ListReady, ReadyQueues and Position, which read jobs_ready,
