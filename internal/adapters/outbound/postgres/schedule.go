@@ -36,8 +36,10 @@ const sqlDeleteExpiredHolders = `DELETE FROM jobs j
 // ON, by the batch's order, ord), numbered from jobs_seq in the batch's
 // order (the inner subqueries keep their order: OFFSET 0 stops the planner
 // from flattening them, so nextval runs once per row, in ord order), then
-// inserted in key order, the lock order every insert of this store keeps,
-// so that two processes' groups inserting the same keys do not deadlock.
+// inserted in key order (byte order, as the columns' collation and the
+// writer's splitRound sort), the lock order every insert of this store
+// keeps, so that two processes' groups inserting the same keys do not
+// deadlock.
 // Rows whose key a stored job holds are skipped (their drawn seq is a
 // gap); only inserted rows are returned.
 const sqlInsertBatch = `INSERT INTO jobs (` + insertColumns + `, owner, seq, ready_seq)
@@ -48,7 +50,7 @@ FROM (SELECT g.*, nextval('jobs_seq') AS n
 			ORDER BY user_id, idempotent_key, ord) f
 		ORDER BY ord OFFSET 0) g
 	OFFSET 0) x
-ORDER BY user_id, idempotent_key
+ORDER BY user_id COLLATE "C", idempotent_key COLLATE "C"
 ON CONFLICT (user_id, idempotent_key) DO NOTHING
 RETURNING id, seq`
 
