@@ -404,3 +404,68 @@ func TestInsertBatchInAGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestInsertBatchAcrossProcesses: two processes inserting batches of the
+// same keys at once, in opposite orders, store each key once: every job
+// is answered, exactly one of each key's two jobs fresh and the other its
+// duplicate, and neither process fails.
+func TestInsertBatchAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	stores := []*Store{openStore(t, schema, "a:1", nil), openStore(t, schema, "b:1", nil)}
+	const rounds, size = 20, 50
+	for r := range rounds {
+		batches := make([][]*domain.Job, 2)
+		for i := range size {
+			for p := range batches {
+				k := i
+				if p == 1 {
+					k = size - 1 - i // the other order
+				}
+				batches[p] = append(batches[p], storetest.NewJob("u", fmt.Sprintf("r%d-k%d", r, k), "up.test:80"))
+			}
+		}
+		outs := make([][]ports.InsertOutcome, 2)
+		var wg sync.WaitGroup
+		for p := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := stores[p].InsertBatch(t.Context(), batches[p])
+				if err != nil {
+					t.Errorf("round %d, process %d: %v", r, p, err)
+				}
+				outs[p] = out
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		holder := map[string]domain.JobID{}
+		for p, out := range outs {
+			for i, o := range out {
+				if o.Job.IdempotentKey != batches[p][i].IdempotentKey {
+					t.Fatalf("round %d, process %d, job %d answered with key %s", r, p, i, o.Job.IdempotentKey)
+				}
+				if o.Fresh {
+					if _, dup := holder[o.Job.IdempotentKey]; dup {
+						t.Fatalf("round %d: key %s inserted twice", r, o.Job.IdempotentKey)
+					}
+					holder[o.Job.IdempotentKey] = o.Job.ID
+				}
+			}
+		}
+		if len(holder) != size {
+			t.Fatalf("round %d: %d keys inserted, want %d", r, len(holder), size)
+		}
+		for p, out := range outs {
+			for _, o := range out {
+				if !o.Fresh && o.Job.ID != holder[o.Job.IdempotentKey] {
+					t.Fatalf("round %d, process %d: duplicate of %s answered with %s, not its holder %s",
+						r, p, o.Job.IdempotentKey, o.Job.ID, holder[o.Job.IdempotentKey])
+				}
+			}
+		}
+	}
+}
