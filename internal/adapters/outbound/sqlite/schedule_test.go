@@ -110,6 +110,18 @@ func TestPlainJobsWriteNoOptionIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantEntries(t, s, "a scheduled job and one with a deadline inserted", 2, 1, 1)
+	cancel := storetest.NewJob("u", "cancel", "a.test:80")
+	cancel.NotBefore, cancel.ReadyQueue, cancel.Deadline = now.Add(time.Minute), "", now.Add(time.Hour)
+	cancelled, _, err := s.Insert(ctx, cancel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEntries(t, s, "a scheduled job with a deadline inserted", 2, 2, 2)
+	if _, err := s.Finish(ctx, &ports.FinishParams{ID: cancelled.ID, Seq: cancelled.Seq, Status: domain.StatusFailed,
+		Result: &domain.Result{Reason: domain.ReasonCanceled}, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	wantEntries(t, s, "the scheduled job with a deadline cancelled", 2, 1, 1)
 	dlJob := out[1].Job
 	if err := s.MarkInFlight(ctx, &ports.MarkInFlightParams{ID: dlJob.ID, Seq: dlJob.Seq, At: now}); err != nil {
 		t.Fatal(err)
