@@ -73,7 +73,11 @@
 // it is promoted (then its jobs_ready entry is written) or finished. A job
 // with a deadline has one jobs_deadline entry while it is queued: marking
 // it in flight deletes the entry and requeueing it writes it again, the
-// price of Overdue reading waiting jobs only.
+// price of Overdue reading waiting jobs only. Measured against version 3
+// (the same session, before and after interleaved, on a loaded 2-core
+// machine), BenchmarkInsertParallel and BenchmarkLifecycle of plain jobs
+// show no difference beyond the noise, and the process's CPU time for
+// 20,000 of each is the same within a few percent.
 //
 // jobs_upstream, jobs_user and jobs_tenant are written once, at insert, and
 // never again: none of their columns changes. jobs_status is rewritten with
