@@ -264,3 +264,50 @@ func TestPriorityOutsideTheThree(t *testing.T) {
 		t.Fatalf("Position behind it = %d, %v; want 1", n, err)
 	}
 }
+
+// TestRunBatchRetryClearsScheduleAndDeadline: a bulk retry re-queues a job
+// as Retry does, so the job runs now and has no deadline, keeping its
+// other options; it is ready at its priority and in neither
+// jobs_scheduled nor jobs_deadline.
+func TestRunBatchRetryClearsScheduleAndDeadline(t *testing.T) {
+	t.Parallel()
+	s := openTest(t)
+	ctx, now := t.Context(), time.Now()
+	j := storetest.NewJob("u", "bulk", "a.test:80")
+	j.NotBefore, j.ReadyQueue = now.Add(time.Minute), ""
+	j.Deadline, j.Priority, j.TraceParent = now.Add(time.Hour), domain.PriorityLow, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	stored, _, err := s.Insert(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Finish(ctx, &ports.FinishParams{ID: j.ID, Seq: stored.Seq, Status: domain.StatusFailed,
+		Result: &domain.Result{Reason: domain.ReasonDeadlineExceeded}, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	op := &domain.Operation{ID: "op-bulk", Kind: domain.OpKindRetry, State: domain.OpRunning, CreatedAt: now, UpdatedAt: now}
+	if err := s.SaveOperation(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	next := *op
+	next.Processed = 1
+	changed, err := s.RunBatch(ctx, &ports.RunBatchParams{Op: &next, Items: []ports.BatchItem{{ID: j.ID, Seq: stored.Seq}}, Now: now})
+	if err != nil || len(changed) != 1 {
+		t.Fatalf("RunBatch = %v, %v", changed, err)
+	}
+	got, err := s.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.NotBefore.IsZero() || !got.Deadline.IsZero() || got.Priority != domain.PriorityLow || got.TraceParent != j.TraceParent ||
+		got.ReadyQueue != "a.test:80" || got.Scheduled() {
+		t.Fatalf("bulk-retried job: %+v", got)
+	}
+	js, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: "a.test:80", Priority: domain.PriorityLow, Limit: 10, Now: now})
+	if err != nil || len(js) != 1 || js[0].ID != j.ID {
+		t.Fatalf("ListReady(low) after the bulk retry = %v, %v", js, err)
+	}
+	if od, err := s.Overdue(ctx, &ports.OverdueParams{Now: now.Add(2 * time.Hour), Limit: 10}); err != nil || len(od) != 0 {
+		t.Fatalf("Overdue after the bulk retry = %v, %v", od, err)
+	}
+	wantEntries(t, s, "after the bulk retry", 1, 0, 0)
+}
