@@ -119,6 +119,32 @@ func New(ctx context.Context, o Options) (*Tracer, error) {
 	if err := checkEndpoint(o.Endpoint); err != nil {
 		return nil, err
 	}
+	res, err := newResource(o)
+	if err != nil {
+		return nil, err
+	}
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(o.Endpoint))
+	if err != nil {
+		return nil, fmt.Errorf("oteltrace: OTLP exporter: %w", err)
+	}
+	var bsp []sdktrace.BatchSpanProcessorOption
+	if o.BatchTimeout > 0 {
+		bsp = append(bsp, sdktrace.WithBatchTimeout(o.BatchTimeout))
+	}
+	return newTracer(sdktrace.NewBatchSpanProcessor(&loggingExporter{SpanExporter: exp, log: o.Logger}, bsp...), res), nil
+}
+
+// newTracer is a tracer whose finished spans go to sp; New gives it the
+// batching OTLP exporter, the package's tests an in-memory one.
+func newTracer(sp sdktrace.SpanProcessor, res *resource.Resource) *Tracer {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp), sdktrace.WithResource(res))
+	return &Tracer{tp: tp, tr: tp.Tracer(scopeName)}
+}
+
+// newResource is the SDK's default resource with o's service attributes
+// on top (they win over OTEL_SERVICE_NAME: AQUIFER_OTEL_SERVICE_NAME is the
+// setting that names the service).
+func newResource(o Options) (*resource.Resource, error) {
 	attrs := []attribute.KeyValue{semconv.ServiceName(o.ServiceName)}
 	if o.ServiceVersion != "" {
 		attrs = append(attrs, semconv.ServiceVersion(o.ServiceVersion))
@@ -130,19 +156,7 @@ func New(ctx context.Context, o Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oteltrace: resource: %w", err)
 	}
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(o.Endpoint))
-	if err != nil {
-		return nil, fmt.Errorf("oteltrace: OTLP exporter: %w", err)
-	}
-	var bsp []sdktrace.BatchSpanProcessorOption
-	if o.BatchTimeout > 0 {
-		bsp = append(bsp, sdktrace.WithBatchTimeout(o.BatchTimeout))
-	}
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(&loggingExporter{SpanExporter: exp, log: o.Logger}, bsp...),
-		sdktrace.WithResource(res),
-	)
-	return &Tracer{tp: tp, tr: tp.Tracer(scopeName)}, nil
+	return res, nil
 }
 
 // checkEndpoint accepts an absolute http or https URL with a host: the
