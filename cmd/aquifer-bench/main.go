@@ -18,6 +18,7 @@
 //	         spaced jobs; once with account queues on, once off.
 //	listing  ingest while an operator pages GET /jobs (first pages with
 //	         counts) back to back; compare with ingest in the same run.
+//	batch, scheduled, due: job options (options.go).
 package main
 
 import (
@@ -50,6 +51,9 @@ type options struct {
 	pacingSeconds float64
 	flood         int
 	quiet5        int
+
+	batchJobs, batchSize, batchClients int
+	scheduledJobs, dueJobs             int
 }
 
 func main() {
@@ -68,7 +72,7 @@ func main() {
 	flag.IntVar(&o.jobs, "n", 20000, "jobs per scenario")
 	flag.IntVar(&o.clients, "c", 64, "concurrent clients")
 	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
-	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, listing, cluster (comma-separated) or all; cluster needs Postgres and uses at most 1,000 jobs")
+	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, listing, cluster, batch, scheduled, due (comma-separated) or all; cluster needs Postgres and uses at most 1,000 jobs")
 	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
 	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon: sqlite, pebble or postgres; a comma-separated list runs each scenario on each")
 	flag.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
@@ -82,9 +86,14 @@ func main() {
 	flag.IntVar(&o.quiet5, "quiet-jobs", 5, "jobs the quiet tenant sends in the fairness scenario")
 	flag.DurationVar(&o.listInterval, "list-interval", 100*time.Millisecond,
 		"pause between the listing scenario's GET /jobs (0: back to back); 100ms is ten times a dashboard's refresh")
+	flag.IntVar(&o.batchJobs, "batch-jobs", 100000, "jobs the batch scenario sends in batches")
+	flag.IntVar(&o.batchSize, "batch-size", 500, "jobs per POST /jobs/batch")
+	flag.IntVar(&o.batchClients, "batch-clients", 4, "concurrent batch senders (at most -c)")
+	flag.IntVar(&o.scheduledJobs, "scheduled-jobs", 1000000, "jobs the scheduled scenario schedules an hour ahead")
+	flag.IntVar(&o.dueJobs, "due-jobs", 5000, "jobs the due scenario schedules 2–8 s ahead")
 	flag.Parse()
 	if scen == "all" {
-		scen = "ceiling,ingest,e2e,backlog,pacing,fairness,listing,cluster"
+		scen = "ceiling,ingest,e2e,backlog,pacing,fairness,listing,cluster,batch,scheduled,due"
 	}
 	for _, s := range strings.Split(scen, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -107,6 +116,7 @@ func run(ctx context.Context, o options) error {
 		paced    []pacingResult
 		fairness []fairnessResult
 		cluster  *clusterResult
+		opts     []optionsResult
 	)
 	stores := strings.Split(o.store, ",")
 	for _, s := range o.scenarios {
@@ -146,6 +156,22 @@ func run(ctx context.Context, o options) error {
 				r, err = runBacklog(ctx, o)
 			case "listing":
 				r, err = runListing(ctx, o)
+			case "batch", "scheduled", "due":
+				var or []optionsResult
+				switch s {
+				case "batch":
+					or, err = runBatch(ctx, o)
+				case "scheduled":
+					or, err = runScheduled(ctx, o)
+				default:
+					or, err = runDue(ctx, o)
+				}
+				if len(stores) > 1 {
+					for i := range or {
+						or[i].scenario = o.store + ": " + or[i].scenario
+					}
+				}
+				opts = append(opts, or...)
 			default:
 				return fmt.Errorf("unknown scenario %q", s)
 			}
@@ -171,6 +197,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if cluster != nil {
 		printCluster(os.Stdout, cluster)
+	}
+	if len(opts) > 0 {
+		printOptions(os.Stdout, opts)
 	}
 	return nil
 }

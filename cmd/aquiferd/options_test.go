@@ -84,7 +84,7 @@ tenants:
 	}
 	// Every field of Options is either placed here or added by build.
 	notSettings := map[string]bool{"Store": true, "CloseStore": true, "Logger": true, "Metrics": true, "Retry": true,
-		"Doer": true, "Cluster": true, "Adapters": true}
+		"Doer": true, "Cluster": true, "Adapters": true, "Tracer": true}
 	v := reflect.ValueOf(o)
 	for i := range v.NumField() {
 		if f := v.Type().Field(i).Name; !notSettings[f] && v.Field(i).IsZero() {

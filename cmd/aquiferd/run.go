@@ -18,7 +18,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	oteltrace "github.com/aquiferhq/aquifer/internal/adapters/outbound/otel"
 	"github.com/aquiferhq/aquifer/internal/config"
+	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/pkg/aquifer"
 )
 
@@ -92,6 +94,10 @@ type daemon struct {
 	aq    *aquifer.Aquifer
 	web   *webDoor // nil when no HTTP-based adapter runs
 	exits exits    // a front door that stopped serving on its own
+	// tracer exports spans (AQUIFER_OTEL_EXPORTER=otlp); nil when tracing
+	// is off, and then nothing of OpenTelemetry runs. Flushed after the
+	// core stopped, so the last attempts' spans go out too.
+	tracer *oteltrace.Tracer
 }
 
 func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.Writer) (*daemon, error) {
@@ -117,11 +123,43 @@ func build(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.W
 		opts.Metrics = prom
 	}
 	d := &daemon{cfg: cfg, log: log, store: store, exits: make(exits, 1)}
+	if cfg.OTelExporter == "otlp" {
+		if d.tracer, err = newTracer(ctx, cfg, log); err != nil {
+			return nil, errors.Join(err, store.Close())
+		}
+		opts.Tracer = d.tracer
+	}
 	d.web, opts.Adapters = frontDoors(cfg, prom, stdout, d.exits)
 	if d.aq, err = aquifer.New(opts); err != nil {
+		d.flushTracer()
 		return nil, errors.Join(err, store.Close())
 	}
 	return d, nil
+}
+
+// newTracer builds the OpenTelemetry tracer AQUIFER_OTEL_EXPORTER=otlp
+// asks for, exporting to the endpoint config resolved.
+func newTracer(ctx context.Context, cfg *config.Config, log *zap.Logger) (*oteltrace.Tracer, error) {
+	return oteltrace.New(ctx, oteltrace.Options{Endpoint: cfg.OTelEndpoint, ServiceName: cfg.OTelServiceName,
+		ServiceVersion: Version, InstanceID: cfg.InstanceID, Logger: log.Named("otel")})
+}
+
+// tracerFlushTimeout bounds the last export at shutdown: a collector that
+// is down must not hold the process up for the exporter's whole retry.
+const tracerFlushTimeout = 5 * time.Second
+
+// flushTracer exports the spans still queued and stops the tracer. A
+// failure is logged, never the process's: the jobs are safe either way.
+func (d *daemon) flushTracer() {
+	if d.tracer == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tracerFlushTimeout)
+	defer cancel()
+	if err := d.tracer.Shutdown(ctx); err != nil {
+		d.log.Warn("could not export the last trace spans", zap.Error(err))
+	}
+	d.tracer = nil
 }
 
 // options is where the configuration meets the facade's typed options: the
@@ -158,6 +196,7 @@ func options(cfg *config.Config) aquifer.Options {
 
 func (d *daemon) serve(ctx context.Context) error {
 	if err := d.aq.Start(ctx); err != nil { // on failure it has stopped what it started
+		d.flushTracer()
 		return errors.Join(err, d.closeStore())
 	}
 	addr, scope := "none", "none"
@@ -177,6 +216,10 @@ func (d *daemon) serve(ctx context.Context) error {
 		}
 	}
 	d.warnOpenListener(scope, addr)
+	if d.tracer != nil {
+		d.log.Info("tracing: exporting spans over OTLP/HTTP", zap.String("endpoint", domain.RedactURL(d.cfg.OTelEndpoint)),
+			zap.String("service_name", d.cfg.OTelServiceName))
+	}
 	if d.cfg.MemoryLimitMB == 0 {
 		d.log.Warn("no memory limit set: under sustained overload memory grows until the OS intervenes; set AQUIFER_MEMORY_LIMIT_MB to shed load with 429s instead")
 	}
@@ -207,6 +250,7 @@ func (d *daemon) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
 	err := d.aq.Stop(ctx)
+	d.flushTracer()
 	err = errors.Join(err, d.closeStore())
 	d.log.Info("stopped")
 	return err
@@ -285,6 +329,11 @@ func checkConfig(lookup config.LookupEnv, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "  tenants:   none (open mode: anyone who can reach Aquifer can use it)")
 	}
 	fmt.Fprintf(stdout, "  webhooks:  %s\n", signingSummary(cfg))
+	if cfg.OTelExporter == "otlp" {
+		fmt.Fprintf(stdout, "  tracing:   OTLP/HTTP to %s as %s\n", domain.RedactURL(cfg.OTelEndpoint), cfg.OTelServiceName)
+	} else {
+		fmt.Fprintln(stdout, "  tracing:   off (trace context passed on, no spans)")
+	}
 	return nil
 }
 

@@ -30,6 +30,7 @@ func (s *Service) startBackground() *background {
 	b.every(ctx, s.cfg.LoadRefresh, func(ctx context.Context) { s.load.Refresh(ctx, false) })
 	b.every(ctx, s.cfg.PositionInterval, s.publishPositions)
 	b.every(ctx, s.cfg.PoolSweep, s.sweepPools)
+	b.run(func() { s.sched.Run(ctx) })
 	if s.leases != nil {
 		b.run(func() { s.leases.Loop(ctx) })
 		b.run(func() {
@@ -134,7 +135,7 @@ func (s *Service) publishPositions(ctx context.Context) {
 			return
 		}
 		j, err := s.cfg.Store.Get(ctx, id)
-		if err != nil || j.Status != domain.StatusQueued || s.d.Executing(id) {
+		if err != nil || j.Status != domain.StatusQueued || j.Scheduled() || s.d.Executing(id) {
 			continue
 		}
 		if pos, err := s.Position(ctx, j); err == nil {

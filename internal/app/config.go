@@ -172,6 +172,27 @@ type Config struct {
 	// without L8. None: no v1 signatures.
 	WebhookSecrets []l8.Secret
 
+	// JobBounds are the limits on what a job's options may ask for (how
+	// far ahead it may be scheduled, its retry policy, its timeout).
+	// Zero fields: domain.DefaultOptionBounds.
+	JobBounds domain.OptionBounds
+	// PriorityAging is how much earlier a job of one priority counts as
+	// having arrived than a job of the next lower priority: a high job goes
+	// before normal jobs that arrived up to PriorityAging before it, and a
+	// normal (or, at twice that, a high) job yields to a low job that has
+	// waited that much longer. It is what keeps low jobs from starving.
+	// Default 60s.
+	PriorityAging time.Duration
+	// ScheduleLookahead is how often the store is asked for the next due
+	// scheduled job even when this process scheduled nothing (another
+	// process sharing the store may have). Default 1s.
+	ScheduleLookahead time.Duration
+
+	// Tracer continues submitters' W3C traces through each job and, with
+	// an exporter, emits spans. Default ports.NopTracer (trace context
+	// passed on, no spans).
+	Tracer ports.Tracer
+
 	// Rand returns numbers in [0,1) for jitter; default math/rand/v2.
 	Rand func() float64
 }
@@ -184,7 +205,8 @@ func (c Config) dispatch() dispatch.Config {
 	d := dispatch.Config{Store: c.Store, Doer: c.Doer, Clock: c.Clock, Logger: c.Logger, Metrics: c.Metrics,
 		Rates: c.Rates, RequestTimeout: c.RequestTimeout, MaxResponseBytes: c.MaxResponseBytes, Retry: c.Retry,
 		MaxDeferrals: c.MaxDeferrals, WindowJobs: c.WindowJobs, LaneIdleTimeout: c.LaneIdleTimeout,
-		PersistInFlightAfter: c.PersistInFlightAfter, Outage: c.Outage, Rand: c.Rand, FailedRetention: c.FailedRetention}
+		PersistInFlightAfter: c.PersistInFlightAfter, Outage: c.Outage, Rand: c.Rand, FailedRetention: c.FailedRetention,
+		PriorityAging: c.PriorityAging, Tracer: c.Tracer}
 	if c.clustered() {
 		// Other processes read the store, not this one's memory: an attempt
 		// is recorded as in flight when it starts, so a process taking the
@@ -201,6 +223,11 @@ func (c Config) WithDefaults() Config {
 	c.Clock, c.Logger, c.Metrics = d.Clock, d.Logger, d.Metrics
 	c.Rates, c.RequestTimeout, c.MaxResponseBytes, c.Retry = d.Rates, d.RequestTimeout, d.MaxResponseBytes, d.Retry
 	c.MaxDeferrals, c.WindowJobs, c.LaneIdleTimeout, c.Outage, c.Rand = d.MaxDeferrals, d.WindowJobs, d.LaneIdleTimeout, d.Outage, d.Rand
+	c.PriorityAging, c.Tracer = d.PriorityAging, d.Tracer
+	c.JobBounds = c.JobBounds.WithDefaults()
+	if c.ScheduleLookahead <= 0 {
+		c.ScheduleLookahead = time.Second
+	}
 	if c.PersistInFlightAfter == 0 {
 		c.PersistInFlightAfter = d.PersistInFlightAfter
 	}

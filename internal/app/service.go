@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/aquiferhq/aquifer/internal/app/load"
 	"github.com/aquiferhq/aquifer/internal/app/ops"
 	"github.com/aquiferhq/aquifer/internal/app/pool"
+	"github.com/aquiferhq/aquifer/internal/app/schedule"
 	tenantpkg "github.com/aquiferhq/aquifer/internal/app/tenant"
 	"github.com/aquiferhq/aquifer/internal/app/trust"
 	"github.com/aquiferhq/aquifer/internal/domain"
@@ -40,6 +42,7 @@ type Service struct {
 	proxy   *edge.Proxy
 	drain   *drain.Drainer // nil unless drain mode is on
 	policy  *domain.DestinationPolicy
+	sched   *schedule.Scheduler
 
 	// opStore is the store's operator side (nil if it has none); ops runs
 	// bulk operations.
@@ -103,6 +106,8 @@ func New(cfg Config) (*Service, error) {
 			cfg.Cluster.SyncInterval, cfg.Clock, s.log)
 	}
 	s.proxy = edge.New(cfg.Proxy, cfg.Store, intake{s}, s.d, s.broker, s.load, s.log)
+	s.sched = schedule.New(schedule.Config{Store: cfg.Store, Clock: cfg.Clock, Log: s.log.Named("schedule"),
+		Poll: cfg.ScheduleLookahead}, s.d)
 	if st, ok := cfg.Store.(ports.OperatorStore); ok {
 		s.opStore = st
 		s.ops = ops.New(ops.Config{Store: st, Hooks: opHooks{s}, Clock: cfg.Clock, Log: s.log.Named("ops"),
@@ -296,14 +301,148 @@ func (s *Service) Enqueue(ctx context.Context, req *domain.JobRequest) (*Enqueue
 	if err != nil {
 		return nil, err
 	}
+	end := s.traceEnqueue(job)
 	stored, fresh, err := s.store(ctx, job)
+	end(fresh, err, s.cfg.Clock.Now())
 	if err != nil {
 		return nil, err
 	}
 	if fresh {
-		s.d.Offer(stored)
+		s.release(stored)
 	}
 	return s.result(stored, !fresh), nil
+}
+
+// traceEnqueue begins job's enqueue span and sets the trace context it
+// stores; the returned function ends the span.
+func (s *Service) traceEnqueue(job *domain.Job) func(bool, error, time.Time) {
+	var end func(bool, error, time.Time)
+	job.TraceParent, job.TraceState, end = s.cfg.Tracer.Enqueue(job, s.cfg.Clock.Now())
+	return end
+}
+
+// release hands a just-stored job on: to its lane, or, when it is
+// scheduled, to the scheduler that makes it ready when it is due.
+func (s *Service) release(j *domain.Job) {
+	if j.Scheduled() {
+		s.sched.Scheduled(j.NotBefore)
+		return
+	}
+	s.d.Offer(j)
+}
+
+// MaxBatch is the most jobs one EnqueueBatch takes.
+const MaxBatch = 1000
+
+// BatchItem is one job's answer in EnqueueBatch: its result, or the error
+// that kept it out (a *domain.Error naming the field).
+type BatchItem struct {
+	Result *EnqueueResult
+	Err    error
+}
+
+// EnqueueBatch validates each request on its own and stores every valid
+// one durably in one commit; it answers one item per request, in order. An
+// invalid request gets its error and never keeps the others out; a request
+// whose (user_id, idempotent_key) is taken — by a stored job or an earlier
+// request of the batch — is answered as a duplicate. Admission control
+// judges the batch as a whole, before anything is written: a rejection
+// (a *domain.RejectedError) writes nothing. A store failure fails the whole
+// batch (nothing was accepted).
+func (s *Service) EnqueueBatch(ctx context.Context, reqs []*domain.JobRequest) ([]BatchItem, error) {
+	if len(reqs) > MaxBatch {
+		return nil, domain.Invalid("jobs", "a batch holds at most %d jobs", MaxBatch)
+	}
+	items := make([]BatchItem, len(reqs))
+	jobs := make([]*domain.Job, 0, len(reqs))
+	at := make([]int, 0, len(reqs)) // the item of each job
+	for i, req := range reqs {
+		job, err := s.prepare(ctx, req)
+		if err != nil {
+			items[i].Err = err
+			continue
+		}
+		jobs, at = append(jobs, job), append(at, i)
+	}
+	if len(jobs) == 0 {
+		return items, nil
+	}
+	out, err := s.storeBatch(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	for k, o := range out {
+		if o.Fresh {
+			s.release(o.Job)
+		}
+		items[at[k]].Result = s.result(o.Job, !o.Fresh)
+	}
+	return items, nil
+}
+
+// storeBatch runs admission control once for jobs and inserts them in one
+// commit. Over a limit, a batch made only of duplicates is still answered.
+func (s *Service) storeBatch(ctx context.Context, jobs []*domain.Job) ([]ports.InsertOutcome, error) {
+	tenant := domain.TenantOfJob(jobs[0])
+	var rejected error
+	if tenant != "" {
+		rejected = s.tenants.Admit(ctx, tenant)
+	}
+	if rejected == nil {
+		if rej := s.adm.Check(ctx); rej != nil {
+			rejected = s.adm.Reject(rej)
+		}
+	}
+	if rejected != nil {
+		out := make([]ports.InsertOutcome, len(jobs))
+		for i, j := range jobs {
+			existing, err := s.cfg.Store.Lookup(ctx, j.UserID, j.IdempotentKey)
+			if err != nil {
+				s.countBatch(jobs, nil, rejected)
+				return nil, rejected
+			}
+			out[i] = ports.InsertOutcome{Job: existing}
+		}
+		s.countBatch(jobs, out, nil)
+		return out, nil
+	}
+	ends := make([]func(bool, error, time.Time), len(jobs))
+	for i, j := range jobs {
+		ends[i] = s.traceEnqueue(j)
+	}
+	out, err := s.cfg.Store.InsertBatch(ctx, jobs)
+	now := s.cfg.Clock.Now()
+	for i, end := range ends {
+		end(err == nil && out[i].Fresh, err, now)
+	}
+	if err != nil {
+		return nil, domain.StoreFailure("store jobs", err)
+	}
+	s.countBatch(jobs, out, nil)
+	for _, o := range out {
+		if !o.Fresh {
+			continue
+		}
+		s.adm.Admitted()
+		if s.drain != nil {
+			s.drain.Activity()
+		}
+		if tenant != "" {
+			s.tenants.Accepted(tenant)
+		}
+	}
+	return out, nil
+}
+
+// countBatch tells Metrics how each job of a batch ended.
+func (s *Service) countBatch(jobs []*domain.Job, out []ports.InsertOutcome, err error) {
+	for i, j := range jobs {
+		if err != nil {
+			s.countSubmission(j, false, err)
+		} else {
+			s.countSubmission(j, out[i].Fresh, nil)
+		}
+	}
 }
 
 // checkDestinations refuses a job whose url or webhook_url the destination
@@ -347,6 +486,9 @@ func (s *Service) countSubmission(job *domain.Job, fresh bool, err error) {
 // job it asks for.
 func (s *Service) prepare(ctx context.Context, req *domain.JobRequest) (*domain.Job, error) {
 	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if err := req.ResolveOptions(s.cfg.Clock.Now(), s.cfg.JobBounds); err != nil {
 		return nil, err
 	}
 	tenant := tenantpkg.From(ctx)
@@ -432,8 +574,12 @@ func (s *Service) result(j *domain.Job, duplicate bool) *EnqueueResult {
 // AccountQueues reports whether upstream is in account-queue mode.
 func (s *Service) AccountQueues(upstream domain.UpstreamKey) bool { return s.d.AccountQueues(upstream) }
 
-// Position returns j's 1-based place among the work waiting in its queue.
+// Position returns j's 1-based place among the work waiting in its queue
+// (0 for a scheduled job: it is in no queue yet).
 func (s *Service) Position(ctx context.Context, j *domain.Job) (int, error) {
+	if j.Scheduled() {
+		return 0, nil
+	}
 	n, err := s.cfg.Store.Position(ctx, j.ReadyQueue, j.ReadySeq)
 	if err != nil {
 		return 0, domain.StoreFailure("job position", err)

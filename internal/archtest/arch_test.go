@@ -136,6 +136,7 @@ var importRules = []struct {
 	{dir: "internal/app/lease", allowed: []string{"internal/domain", "internal/ports"}},
 	{dir: "internal/app/drain", allowed: []string{"internal/domain", "internal/ports", "internal/l8"}},
 	{dir: "internal/app/ops", allowed: []string{"internal/domain", "internal/ports"}},
+	{dir: "internal/app/schedule", allowed: []string{"internal/domain", "internal/ports"}},
 	{dir: "internal/app/dispatch", allowed: []string{"internal/domain", "internal/ports", "internal/pacing",
 		"internal/app/load", "internal/app/pool"}},
 	{dir: "internal/app/edge", allowed: []string{"internal/domain", "internal/ports", "internal/pacing",

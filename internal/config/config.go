@@ -112,6 +112,14 @@ type Config struct {
 	Metrics bool
 	// UI turns the web dashboard at /ui/ on (served with the REST API).
 	UI bool
+	// OpenTelemetry tracing. OTelExporter is "off" (ports.NopTracer: the
+	// trace context is passed on, no spans) or "otlp"; OTelEndpoint is the
+	// full OTLP/HTTP traces URL, resolved as the OpenTelemetry SDKs do when
+	// AQUIFER_OTEL_ENDPOINT is unset (see otlpEndpoint); OTelServiceName is
+	// the resource's service.name.
+	OTelExporter    string
+	OTelEndpoint    string
+	OTelServiceName string
 	// Drain mode.
 	DrainEnabled    bool
 	DrainIdle       time.Duration
@@ -346,6 +354,28 @@ var Settings = []Setting{
 	{Key: "ui", Env: "AQUIFER_UI", Default: "on",
 		Doc:   "Serve the web dashboard at /ui/ (with the http adapter): on or off.",
 		apply: func(c *Config, v string) (err error) { c.UI, err = parseOnOff(v); return }},
+	// OpenTelemetry tracing.
+	{Key: "otel.exporter", Env: "AQUIFER_OTEL_EXPORTER", Default: "off",
+		Doc:   "Tracing: off (default; the W3C trace context a submitter sends is still passed on to the target and the webhook) or otlp (emit spans for each job's enqueue, wait, attempts and webhook deliveries over OTLP/HTTP to AQUIFER_OTEL_ENDPOINT).",
+		apply: func(c *Config, v string) (err error) { c.OTelExporter, err = oneOf(v, "off", "otlp"); return }},
+	{Key: "otel.endpoint", Env: "AQUIFER_OTEL_ENDPOINT", Default: "",
+		Doc: "Tracing: the collector's OTLP/HTTP URL. A URL without a path gets /v1/traces; one with a path is used as it is. Empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/traces, else http://localhost:4318/v1/traces.",
+		apply: func(c *Config, v string) (err error) {
+			c.OTelEndpoint = ""
+			if v != "" {
+				c.OTelEndpoint, err = otlpEndpoint(v, false)
+			}
+			return
+		}},
+	{Key: "otel.service_name", Env: "AQUIFER_OTEL_SERVICE_NAME", Default: "aquiferd",
+		Doc: "Tracing: the service.name spans are reported under (it wins over OTEL_SERVICE_NAME; OTEL_RESOURCE_ATTRIBUTES adds the rest).",
+		apply: func(c *Config, v string) error {
+			if v == "" {
+				return errors.New("must not be empty")
+			}
+			c.OTelServiceName = v
+			return nil
+		}},
 	{Key: "drain.enabled", Env: "AQUIFER_DRAIN_ENABLED", Default: "false",
 		Doc:   "Drain mode: once the whole process is idle, flush the ledger to AQUIFER_DRAIN_WEBHOOK_URL and clear it. true/false (1/0, yes/no).",
 		apply: func(c *Config, v string) (err error) { c.DrainEnabled, err = parseBool(v); return }},
@@ -495,6 +525,13 @@ func (c *Config) finish(lookup LookupEnv) []error {
 			errs = append(errs, errors.New("AQUIFER_STORE_BACKEND=postgres needs AQUIFER_POSTGRES_DSN (or DATABASE_URL)"))
 		}
 	}
+	if c.OTelExporter == "otlp" && c.OTelEndpoint == "" {
+		endpoint, err := defaultOTLPEndpoint(lookup)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.OTelEndpoint = endpoint
+	}
 	if c.DBPath == "" {
 		c.DBPath = filepath.Join(c.DataDir, "aquifer.db")
 	}
@@ -512,6 +549,47 @@ func (c *Config) finish(lookup LookupEnv) []error {
 		c.InstanceID = fmt.Sprintf("%s:%d", host, c.Port)
 	}
 	return errs
+}
+
+// DefaultOTLPEndpoint is where spans go when neither AQUIFER_OTEL_ENDPOINT
+// nor the OpenTelemetry SDK variables name a collector: a collector on
+// this host, on OTLP/HTTP's standard port.
+const DefaultOTLPEndpoint = "http://localhost:4318/v1/traces"
+
+// defaultOTLPEndpoint resolves the traces URL from the variables every
+// OpenTelemetry SDK reads: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is,
+// else OTEL_EXPORTER_OTLP_ENDPOINT (a base URL) plus v1/traces, else
+// DefaultOTLPEndpoint.
+func defaultOTLPEndpoint(lookup LookupEnv) (string, error) {
+	for _, c := range []struct {
+		env  string
+		base bool
+	}{{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", false}, {"OTEL_EXPORTER_OTLP_ENDPOINT", true}} {
+		if v, ok := lookup(c.env); ok && strings.TrimSpace(v) != "" {
+			endpoint, err := otlpEndpoint(strings.TrimSpace(v), c.base)
+			if err != nil {
+				return "", fmt.Errorf("%s (read because AQUIFER_OTEL_EXPORTER=otlp and AQUIFER_OTEL_ENDPOINT is unset): %w", c.env, err)
+			}
+			return endpoint, nil
+		}
+	}
+	return DefaultOTLPEndpoint, nil
+}
+
+// otlpEndpoint checks an OTLP/HTTP URL and returns the traces URL it
+// names: base (OTEL_EXPORTER_OTLP_ENDPOINT's rule) always appends
+// v1/traces to the path; otherwise only a URL without a path gets
+// /v1/traces, and one with a path is used as it is.
+func otlpEndpoint(v string, base bool) (string, error) {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "" || u.RawQuery != "" {
+		return "", fmt.Errorf("%q must be an absolute http or https URL without query or fragment (like http://collector:4318)", v)
+	}
+	if base || u.Path == "" || u.Path == "/" {
+		u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
+		u.RawPath = ""
+	}
+	return u.String(), nil
 }
 
 // yamlScalar renders a YAML value as the text an environment variable would

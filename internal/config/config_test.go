@@ -92,6 +92,8 @@ func TestLoadDefaults(t *testing.T) {
 				DrainIdle:              45 * time.Second,
 				Metrics:                true,
 				UI:                     true,
+				OTelExporter:           "off",
+				OTelServiceName:        "aquiferd",
 				DrainPageSize:          1000,
 				ConfigPath:             "",
 				StoreBackend:           "sqlite",

@@ -19,10 +19,12 @@ import (
 // receiver see the submitter's trace); the wait in the lane is a span of its
 // own that links to the enqueue span instead of having it as its parent.
 type Tracer interface {
-	// Enqueued records the durable write of job j, from start to end, and
-	// returns the trace context to store with it: the enqueue span's, or
-	// the submitter's as it came ("" when the job has none).
-	Enqueued(j *domain.Job, start, end time.Time) (traceparent, tracestate string)
+	// Enqueue begins the enqueue span of job j (before its durable write)
+	// and returns the trace context to store with it — the enqueue span's,
+	// or the submitter's as it came ("" when the job has none) — and the
+	// function that ends the span once the write is done (fresh false: the
+	// job was a duplicate and nothing was written).
+	Enqueue(j *domain.Job, start time.Time) (traceparent, tracestate string, end func(fresh bool, err error, at time.Time))
 	// Waited records j's wait in its lane, from when it was due to when
 	// its attempt n began.
 	Waited(j *domain.Job, from, to time.Time, attempt int)
@@ -39,10 +41,12 @@ type Tracer interface {
 // trace continues even without an exporter.
 type NopTracer struct{}
 
-// Enqueued implements Tracer: the submitter's context is kept as it is.
-func (NopTracer) Enqueued(j *domain.Job, _, _ time.Time) (string, string) {
-	return j.TraceParent, j.TraceState
+// Enqueue implements Tracer: the submitter's context is kept as it is.
+func (NopTracer) Enqueue(j *domain.Job, _ time.Time) (string, string, func(bool, error, time.Time)) {
+	return j.TraceParent, j.TraceState, nopEnqueued
 }
+
+func nopEnqueued(bool, error, time.Time) {}
 
 // Waited implements Tracer.
 func (NopTracer) Waited(*domain.Job, time.Time, time.Time, int) {}

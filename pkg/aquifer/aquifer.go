@@ -80,6 +80,7 @@ func build(o Options) (*Aquifer, error) {
 		Destinations:     o.Destinations,
 		Logger:           o.Logger,
 		Metrics:          o.Metrics,
+		Tracer:           o.Tracer,
 		Rates:            o.Rates,
 		Retry:            o.Retry,
 		RequestTimeout:   o.RequestTimeout,

@@ -20,6 +20,15 @@ type Metrics = ports.Metrics
 // NopMetrics discards everything; it is the default.
 type NopMetrics = ports.NopMetrics
 
+// Tracer follows a job's W3C trace: its enqueue, its wait in its lane, each
+// dispatch attempt and each webhook delivery (see ports.Tracer for the span
+// structure). Use NopTracer or your own; aquiferd uses OpenTelemetry.
+type Tracer = ports.Tracer
+
+// NopTracer emits no spans and sends each attempt a child traceparent of
+// the job's trace; it is the default.
+type NopTracer = ports.NopTracer
+
 // PrometheusOptions configure NewPrometheusMetrics. The zero value is
 // ready to use.
 type PrometheusOptions struct {

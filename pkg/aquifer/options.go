@@ -36,6 +36,10 @@ type Options struct {
 	// Metrics receives Aquifer's counts. Default NopMetrics; see
 	// NewPrometheusMetrics.
 	Metrics Metrics
+	// Tracer continues each submitter's W3C trace through its job (the
+	// traceparent the target and the webhook receiver get) and may emit
+	// spans. Default NopTracer: the trace context is passed on, no spans.
+	Tracer Tracer
 
 	// Rates gives each destination its pace ceiling. Default: DefaultRate
 	// (2 requests per second, one at a time) everywhere. Aquifer slows

@@ -102,9 +102,38 @@ func (d *Dispatcher) deferral(ar attemptResult, deferrals int) (time.Time, bool)
 }
 
 // retryDelay is the wait before the next attempt after attempt n: the retry
-// backoff, or longer if the answer said so (Retry-After on a 503).
-func (d *Dispatcher) retryDelay(n int, ar attemptResult) time.Duration {
-	return max(d.cfg.Retry.Delay(n), ar.signals.RetryAfter)
+// backoff — the job's own for a dispatch that set one — or longer if the
+// answer said so (Retry-After on a 503).
+func (d *Dispatcher) retryDelay(j *domain.Job, phase domain.Phase, n int, ar attemptResult) time.Duration {
+	backoff := d.cfg.Retry.Delay(n)
+	if phase == domain.PhaseDispatch && j.Retry.Backoff > 0 {
+		backoff = j.Retry.Delay(n)
+	}
+	return max(backoff, ar.signals.RetryAfter)
+}
+
+// maxAttempts is how many attempts j's dispatch may make: its own retry
+// policy's, else the server's.
+func (d *Dispatcher) maxAttempts(j *domain.Job) int {
+	if j.Retry.MaxAttempts > 0 {
+		return j.Retry.MaxAttempts
+	}
+	return d.cfg.Retry.Attempts
+}
+
+// timeout bounds one attempt of j's dispatch: its own timeout, else the
+// server's request timeout.
+func (d *Dispatcher) timeout(j *domain.Job) time.Duration {
+	if j.Timeout > 0 {
+		return j.Timeout
+	}
+	return d.cfg.RequestTimeout
+}
+
+// beyondDeadline reports whether a next attempt of j's dispatch at at would
+// start at or after its deadline: then the job fails now instead.
+func beyondDeadline(j *domain.Job, at time.Time) bool {
+	return !j.Deadline.IsZero() && !at.Before(j.Deadline)
 }
 
 // startAttempt runs one attempt of j's next action on a worker and reports
@@ -136,16 +165,22 @@ func (d *Dispatcher) startAttempt(l *lane, queue domain.QueueKey, j *domain.Job,
 	})
 }
 
-// startHoldExpiry fails j, which has waited longer than the outage hold
-// allows for a destination that is down, without sending anything, and
-// reports to l. For a dispatch the caller has already marked j executing.
-func (d *Dispatcher) startHoldExpiry(l *lane, queue domain.QueueKey, j *domain.Job, lastError string) {
+// startExpiry fails j without sending anything, for reason — it has waited
+// longer than the outage hold allows for a destination that is down, or
+// past its deadline — and reports to l. For a dispatch the caller has
+// already marked j executing.
+func (d *Dispatcher) startExpiry(l *lane, queue domain.QueueKey, j *domain.Job, reason string) {
 	d.attemptsWG.Add(1)
 	d.workers.run(func() {
 		defer d.attemptsWG.Done()
-		res := &domain.Result{Reason: d.outageReason(lastError)}
-		d.log.Warn("job waited too long for a destination that is down; failed", zap.String("job_id", string(j.ID)),
-			zap.String("upstream", string(l.upstream)), zap.Duration("max_outage_hold", d.cfg.Outage.MaxHold))
+		res := &domain.Result{Reason: reason}
+		if reason == domain.ReasonDeadlineExceeded {
+			d.log.Info("job not dispatched by its deadline; failed", zap.String("job_id", string(j.ID)),
+				zap.String("upstream", string(l.upstream)), zap.Time("deadline", j.Deadline))
+		} else {
+			d.log.Warn("job waited too long for a destination that is down; failed", zap.String("job_id", string(j.ID)),
+				zap.String("upstream", string(l.upstream)), zap.Duration("max_outage_hold", d.cfg.Outage.MaxHold))
+		}
 		if j.Phase() == domain.PhaseDispatch {
 			d.finish(j, domain.StatusFailed, j.Attempts, res)
 			d.EndDispatch(j.ID)
@@ -174,9 +209,14 @@ func (d *Dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []s
 	stopMark := d.markInFlightLater(j, started)
 	if n == 1 && j.Deferrals == 0 {
 		d.events.Publish(domain.Event{Type: domain.EventDispatching, JobID: j.ID, Attempt: n})
+		d.cfg.Tracer.Waited(j, j.DueAt(), started, n)
 	}
-	ar := d.send(func(ctx context.Context) (*http.Response, error) { return d.Exchange(ctx, j, target, flowRate) })
+	traceparent, endSpan := d.cfg.Tracer.Attempt(j, false, n, started)
+	ar := d.send(d.timeout(j), func(ctx context.Context) (*http.Response, error) {
+		return d.Exchange(ctx, j, target, flowRate, traceparent)
+	})
 	stopMark()
+	endSpan(ar.status(), ar.result.Reason, d.cfg.Clock.Now())
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
 	}
@@ -204,18 +244,35 @@ func (d *Dispatcher) dispatchAttempt(lo *laneOutage, j *domain.Job, flowRate []s
 		if j.PoolID != "" {
 			at = d.cfg.Clock.Now() // another member can take it now; the one that said 429 waits
 		}
+		if beyondDeadline(j, at) {
+			return d.failDeadline(j, n, ar)
+		}
 		o := d.requeue(j, domain.PhaseDispatch, j.Attempts, j.Deferrals+1, ar, outcomeDeferred, at)
 		o.deferTo = until
 		return o
 	}
-	if ar.retryable && n < d.cfg.Retry.Attempts {
-		return d.requeue(j, domain.PhaseDispatch, n, j.Deferrals, ar, outcomeRetry, d.cfg.Clock.Now().Add(d.retryDelay(n, ar)))
+	if ar.retryable && n < d.maxAttempts(j) {
+		at := d.cfg.Clock.Now().Add(d.retryDelay(j, domain.PhaseDispatch, n, ar))
+		if beyondDeadline(j, at) {
+			return d.failDeadline(j, n, ar)
+		}
+		return d.requeue(j, domain.PhaseDispatch, n, j.Deferrals, ar, outcomeRetry, at)
 	}
 	status := domain.StatusCompleted
 	if ar.retryable || ar.denied {
 		status = domain.StatusFailed
 	}
 	d.finish(j, status, n, ar.result)
+	return (&outcome{job: j, kind: outcomeDone}).report(ar)
+}
+
+// failDeadline fails j after attempt n because its next attempt could not
+// start before its deadline: the result keeps what the last attempt got,
+// with reason "deadline exceeded".
+func (d *Dispatcher) failDeadline(j *domain.Job, n int, ar attemptResult) *outcome {
+	res := *ar.result
+	res.Reason = domain.ReasonDeadlineExceeded
+	d.finish(j, domain.StatusFailed, n, &res)
 	return (&outcome{job: j, kind: outcomeDone}).report(ar)
 }
 
@@ -266,16 +323,19 @@ func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 		d.finishDelivery(j, false, n, &domain.Result{Reason: "encoding payload: " + err.Error()})
 		return &outcome{job: j, kind: outcomeDone}
 	}
-	ar := d.send(func(ctx context.Context) (*http.Response, error) {
+	traceparent, endSpan := d.cfg.Tracer.Attempt(j, true, n, d.cfg.Clock.Now())
+	ar := d.send(d.cfg.RequestTimeout, func(ctx context.Context) (*http.Response, error) {
 		ctx = d.policyCtx(ctx, j)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.WebhookURL, bytes.NewReader(body))
 		if err != nil {
 			return nil, &requestError{err}
 		}
-		req.Header.Set("Content-Type", "application/json")
+		req.Header["Content-Type"] = jsonContentType
+		setTrace(req, traceparent, j.TraceState)
 		d.signer.SignDelivery(ctx, req, j, body)
 		return d.do(req, flowRate)
 	})
+	endSpan(ar.status(), ar.result.Reason, d.cfg.Clock.Now())
 	if d.runCtx.Err() != nil {
 		return &outcome{job: j, kind: outcomeAbandoned}
 	}
@@ -302,7 +362,7 @@ func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 		return (&outcome{job: j, kind: outcomeDone}).report(ar)
 	}
 	if ar.retryable && n < d.cfg.Retry.Attempts {
-		return d.requeue(j, domain.PhaseDeliver, n, j.Deferrals, ar, outcomeRetry, d.cfg.Clock.Now().Add(d.retryDelay(n, ar)))
+		return d.requeue(j, domain.PhaseDeliver, n, j.Deferrals, ar, outcomeRetry, d.cfg.Clock.Now().Add(d.retryDelay(j, domain.PhaseDeliver, n, ar)))
 	}
 	if ar.retryable {
 		log.Warn("webhook delivery failed; retries spent", zap.Int("attempts", n), zap.String("reason", ar.result.Reason))
@@ -315,8 +375,8 @@ func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 // errors are retryable, any other response is final (a 429 is the caller's
 // to interpret). Every request carries the load headers and asks for ORCA
 // load reports; every response's pacing signals are parsed.
-func (d *Dispatcher) send(exchange func(ctx context.Context) (*http.Response, error)) attemptResult {
-	ctx, cancel := context.WithTimeout(d.runCtx, d.cfg.RequestTimeout)
+func (d *Dispatcher) send(timeout time.Duration, exchange func(ctx context.Context) (*http.Response, error)) attemptResult {
+	ctx, cancel := context.WithTimeout(d.runCtx, timeout)
 	defer cancel()
 	resp, err := exchange(ctx)
 	if err != nil {
@@ -359,15 +419,36 @@ func (d *Dispatcher) send(exchange func(ctx context.Context) (*http.Response, er
 // the caller to read and close: the one way a job's request goes out (lanes
 // read it through send; the edge proxy relays it as it arrives). ctx bounds
 // the exchange and carries j's tenant's destination policy to the Doer;
-// flowRate is the load-header rate. An error is either the destination
+// flowRate is the load-header rate; traceparent, when set, continues the
+// job's trace (with its tracestate). An error is either the destination
 // rules refusing the connection (*domain.DestinationDeniedError), a request
 // that could not be built from the job, or a transport error.
-func (d *Dispatcher) Exchange(ctx context.Context, j *domain.Job, target string, flowRate []string) (*http.Response, error) {
+func (d *Dispatcher) Exchange(ctx context.Context, j *domain.Job, target string, flowRate []string, traceparent string) (*http.Response, error) {
 	req, err := buildRequest(d.policyCtx(ctx, j), j, target)
 	if err != nil {
 		return nil, &requestError{err}
 	}
+	setTrace(req, traceparent, j.TraceState)
 	return d.do(req, flowRate)
+}
+
+// jsonContentType is the Content-Type of every webhook delivery, shared
+// read-only.
+var jsonContentType = []string{"application/json"}
+
+// setTrace puts the W3C Trace Context headers on req: traceparent replaces
+// any the job's own headers carried, since it is the one that continues
+// the trace; tracestate goes with it.
+func setTrace(req *http.Request, traceparent, tracestate string) {
+	if traceparent == "" {
+		return
+	}
+	req.Header["Traceparent"] = []string{traceparent}
+	if tracestate != "" {
+		req.Header["Tracestate"] = []string{tracestate}
+	} else {
+		delete(req.Header, "Tracestate")
+	}
 }
 
 // do adds the load headers to req and sends it.

@@ -50,6 +50,11 @@ type Config struct {
 	// FailedRetention is how long a failed job (the dead-letter set) is
 	// kept once nothing is left to do for it. Default domain.FailedTTL.
 	FailedRetention time.Duration
+	// PriorityAging: see app.Config.PriorityAging. Default 60s.
+	PriorityAging time.Duration
+	// Tracer continues jobs' traces into their attempts; default
+	// ports.NopTracer.
+	Tracer ports.Tracer
 	// Rand returns numbers in [0,1) for jitter; default math/rand/v2.
 	Rand func() float64
 }
@@ -105,6 +110,12 @@ func (c Config) WithDefaults() Config {
 		c.PersistInFlightAfter = time.Second
 	}
 	c.Outage = c.Outage.WithDefaults()
+	if c.PriorityAging <= 0 {
+		c.PriorityAging = time.Minute
+	}
+	if c.Tracer == nil {
+		c.Tracer = ports.NopTracer{}
+	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}

@@ -147,7 +147,7 @@ func (d *Dispatcher) Notify(key domain.QueueKey, rewind bool) {
 	if d.stopping {
 		return // the work is durable; the next start recovers it
 	}
-	d.laneLocked(key.Upstream()).signal(key, rewind, math.MaxInt64)
+	d.laneLocked(key.Upstream()).signal(key, rewind, math.MaxInt64, allClasses)
 }
 
 // NotifyFrom tells key's lane to read its queue again from after floor
@@ -158,7 +158,7 @@ func (d *Dispatcher) NotifyFrom(key domain.QueueKey, floor int64) {
 	if d.stopping {
 		return
 	}
-	d.laneLocked(key.Upstream()).signal(key, false, floor)
+	d.laneLocked(key.Upstream()).signal(key, false, floor, allClasses)
 }
 
 // HasLane reports whether u has a lane in this process.
@@ -213,7 +213,7 @@ func (d *Dispatcher) Offer(j *domain.Job) {
 	case l.offers <- j:
 	default:
 		l.pending.Add(-1)
-		l.signal(j.ReadyQueue, false, j.ReadySeq-1)
+		l.signal(j.ReadyQueue, false, j.ReadySeq-1, j.Priority.Class())
 	}
 }
 
@@ -230,7 +230,7 @@ func (d *Dispatcher) RequeueHeld(j *domain.Job) {
 	if d.stopping {
 		return // the job is queued in the store; the next start runs it
 	}
-	d.laneLocked(j.ReadyQueue.Upstream()).signal(j.ReadyQueue, false, j.ReadySeq-1)
+	d.laneLocked(j.ReadyQueue.Upstream()).signal(j.ReadyQueue, false, j.ReadySeq-1, j.Priority.Class())
 }
 
 // Busy reports whether upstream has work in this process: queued, waiting
@@ -478,6 +478,32 @@ func (d *Dispatcher) PruneCanceled(now time.Time) {
 // holds.
 func (d *Dispatcher) FinishCanceled(ctx context.Context, j *domain.Job) error {
 	if err := d.CommitFinish(ctx, j, domain.StatusFailed, j.Attempts, &domain.Result{Reason: domain.ReasonCanceled}); err != nil {
+		return err
+	}
+	d.dropFromLane(ctx, j)
+	return nil
+}
+
+// FailWaiting fails j, which waited for dispatch (queued, scheduled, or
+// waiting to retry), with reason and without sending it, as a cancellation
+// does: from the claim on no attempt of it starts, and its lane drops any
+// copy. It returns ErrAlreadyDispatched if an attempt is running, and a
+// conflict if the job finished (or started elsewhere) before the claim.
+func (d *Dispatcher) FailWaiting(ctx context.Context, j *domain.Job, reason string) error {
+	if err := d.ClaimCancel(j.ID); err != nil {
+		return err
+	}
+	// A dispatch that ended before the claim has committed its result
+	// (EndDispatch comes after it): read the job again to see it.
+	cur, err := d.cfg.Store.Get(ctx, j.ID)
+	if err == nil && cur.Status != domain.StatusQueued {
+		err = &domain.Error{Code: domain.CodeConflict, Message: "job is no longer waiting (" + string(cur.Status) + ")"}
+	}
+	if err == nil {
+		err = d.CommitFinish(ctx, cur, domain.StatusFailed, cur.Attempts, &domain.Result{Reason: reason})
+	}
+	if err != nil {
+		d.ReleaseCancel(j.ID)
 		return err
 	}
 	d.dropFromLane(ctx, j)

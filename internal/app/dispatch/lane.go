@@ -96,9 +96,12 @@ type lane struct {
 
 // laneSignal is a pending "read the store" note for one queue.
 type laneSignal struct {
-	rewind bool  // re-read from the start
-	floor  int64 // re-read from here (ReadySeq-1 of work that could not be offered)
+	rewind bool     // re-read from the start
+	floor  [3]int64 // per priority class: re-read from here (ReadySeq-1 of work that could not be offered)
 }
+
+// allClasses names every priority class in a signal.
+const allClasses = -1
 
 func newLane(d *Dispatcher, u domain.UpstreamKey) *lane {
 	ceiling := d.cfg.Rates.For(u)
@@ -133,15 +136,20 @@ func newLane(d *Dispatcher, u domain.UpstreamKey) *lane {
 const offerBuffer = 1024
 
 // signal asks the lane to read queue key from the store, from the start
-// (rewind) or from floor on.
-func (l *lane) signal(key domain.QueueKey, rewind bool, floor int64) {
+// (rewind) or from floor on, for priority class class (allClasses: every
+// class).
+func (l *lane) signal(key domain.QueueKey, rewind bool, floor int64, class int) {
 	l.sigMu.Lock()
 	s, ok := l.signals[key]
 	if !ok {
-		s.floor = math.MaxInt64
+		s.floor = [3]int64{math.MaxInt64, math.MaxInt64, math.MaxInt64}
 	}
 	s.rewind = s.rewind || rewind
-	s.floor = min(s.floor, floor)
+	for c := range s.floor {
+		if class == allClasses || class == c {
+			s.floor[c] = min(s.floor[c], floor)
+		}
+	}
 	l.signals[key] = s
 	l.sigCalls++
 	l.pending.Add(1)
@@ -199,8 +207,11 @@ func (l *lane) run(ctx context.Context) {
 		if l.active {
 			for _, q := range l.order {
 				q.promoteDue(now)
-				if q.stale && !q.fetching && len(q.window) <= l.d.cfg.WindowJobs/2 && !now.Before(q.fetchAt) {
-					l.fetch(ctx, q, now)
+				for c := range q.streams {
+					st := &q.streams[c]
+					if st.stale && !st.fetching && len(st.window) <= l.d.cfg.WindowJobs/2 && !now.Before(st.fetchAt) {
+						l.fetch(ctx, q, c, now)
+					}
 				}
 			}
 			wait = l.dispatchReady(now)
@@ -270,7 +281,10 @@ func (l *lane) run(ctx context.Context) {
 func (l *lane) queue(key domain.QueueKey) *queue {
 	q := l.queues[key]
 	if q == nil {
-		q = &queue{key: key, inMem: make(map[int64]struct{}), avoid: make(map[int64]string), stale: true}
+		q = &queue{key: key, inMem: make(map[int64]struct{}), avoid: make(map[int64]string), aging: l.d.cfg.PriorityAging}
+		for c := range q.streams {
+			q.streams[c].stale = true
+		}
 		if r, ok := l.d.tenants.QueueCap(key); ok {
 			q.limiter, q.maxRunning = pacing.NewLimiter(r.RPS), r.MaxConcurrent
 		}
@@ -288,18 +302,24 @@ func (l *lane) applySignals() int64 {
 	l.signals, l.sigCalls = make(map[domain.QueueKey]laneSignal), 0
 	l.sigMu.Unlock()
 	for key, s := range pending {
-		floor := s.floor
-		if s.rewind {
-			floor = 0
+		q := l.queue(key)
+		for c, floor := range s.floor {
+			if s.rewind {
+				floor = 0
+			}
+			if floor != math.MaxInt64 {
+				q.streams[c].markStale(floor)
+			}
 		}
-		l.queue(key).markStale(floor)
 	}
 	return calls
 }
 
-// fetchResult is a page read from the store for one queue.
+// fetchResult is a page read from the store for one priority class of one
+// queue.
 type fetchResult struct {
 	queue domain.QueueKey
+	class int
 	limit int
 	jobs  []*domain.Job
 	err   error
@@ -308,19 +328,20 @@ type fetchResult struct {
 // fetch starts reading the next page of q's ready work from the store. The
 // read runs on its own goroutine so that dispatch never waits for the disk;
 // its result comes back on l.fetches.
-func (l *lane) fetch(ctx context.Context, q *queue, now time.Time) {
-	limit := l.d.cfg.WindowJobs - len(q.window)
+func (l *lane) fetch(ctx context.Context, q *queue, class int, now time.Time) {
+	st := &q.streams[class]
+	limit := l.d.cfg.WindowJobs - len(st.window)
 	if limit <= 0 {
 		return
 	}
-	q.fetching, q.refetch, q.pendingFloor = true, false, math.MaxInt64
-	p := &ports.ListReadyParams{Queue: q.key, AfterSeq: q.cursor, Limit: limit, Now: now}
+	st.fetching, st.refetch, st.pendingFloor = true, false, math.MaxInt64
+	p := &ports.ListReadyParams{Queue: q.key, Priority: domain.Priorities[class], AfterSeq: st.cursor, Limit: limit, Now: now}
 	l.fetchWG.Add(1)
 	go func() {
 		defer l.fetchWG.Done()
 		jobs, err := l.d.cfg.Store.ListReady(ctx, p)
 		select {
-		case l.fetches <- &fetchResult{queue: p.Queue, limit: limit, jobs: jobs, err: err}:
+		case l.fetches <- &fetchResult{queue: p.Queue, class: class, limit: limit, jobs: jobs, err: err}:
 		case <-l.quit:
 		}
 	}()
@@ -329,7 +350,8 @@ func (l *lane) fetch(ctx context.Context, q *queue, now time.Time) {
 // fetched adds a page read from the store to its queue's window.
 func (l *lane) fetched(f *fetchResult, now time.Time) {
 	q := l.queue(f.queue)
-	q.fetching = false
+	st := &q.streams[f.class]
+	st.fetching = false
 	if !l.active {
 		return // read before the lease was lost: another process owns this work now
 	}
@@ -337,27 +359,27 @@ func (l *lane) fetched(f *fetchResult, now time.Time) {
 		if l.d.runCtx.Err() == nil {
 			l.log.Warn("reading queued jobs failed; retrying", zap.String("lane", string(q.key)), zap.Error(f.err))
 		}
-		q.fetchAt = now.Add(fetchRetry)
-		q.markStale(q.pendingFloor)
+		st.fetchAt = now.Add(fetchRetry)
+		st.markStale(st.pendingFloor)
 		return
 	}
 	for _, j := range f.jobs {
-		q.cursor = max(q.cursor, j.ReadySeq)
-		q.fetched = max(q.fetched, j.ReadySeq)
+		st.cursor = max(st.cursor, j.ReadySeq)
+		st.fetched = max(st.fetched, j.ReadySeq)
 		if _, dup := q.inMem[j.ReadySeq]; dup || l.d.isCanceled(j) {
 			continue
 		}
-		if _, done := q.doneInFetch[j.ReadySeq]; done {
+		if _, done := st.doneInFetch[j.ReadySeq]; done {
 			continue
 		}
 		q.inMem[j.ReadySeq] = struct{}{}
-		q.window = append(q.window, j)
+		st.window = append(st.window, j)
 	}
-	clear(q.doneInFetch)
-	q.stale = len(f.jobs) == f.limit
-	if q.refetch {
+	clear(st.doneInFetch)
+	st.stale = len(f.jobs) == f.limit
+	if st.refetch {
 		// Work the queue could not take arrived while the read ran.
-		q.markStale(q.pendingFloor)
+		st.markStale(st.pendingFloor)
 	}
 }
 
@@ -391,8 +413,8 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		}
 		var member, target string
 		flowRate := l.rateText
-		if poolID != "" && q.window[0].Phase() == domain.PhaseDispatch {
-			id, addr, rate, wait, ok := l.d.pools.Pick(poolID, q.avoid[q.window[0].ReadySeq])
+		if head := q.head(); poolID != "" && head.Phase() == domain.PhaseDispatch {
+			id, addr, rate, wait, ok := l.d.pools.Pick(poolID, q.avoid[head.ReadySeq])
 			if !ok {
 				l.next = turn // nothing started: q keeps its turn
 				return wait   // every member paused or busy: a completion or a pause's end wakes the lane
@@ -417,7 +439,7 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		if j.Phase() == domain.PhaseDispatch && !l.d.BeginDispatch(j) {
 			// Cancelled since it was picked, or running already (held by
 			// a proxy attempt, or a second copy of a running job).
-			q.forget(j.ReadySeq)
+			q.forget(j)
 			if member != "" {
 				l.d.pools.Unpick(poolID, member)
 			}
@@ -425,6 +447,14 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		}
 		l.gate.Acquire()
 		q.running++
+		if j.Phase() == domain.PhaseDispatch && j.PastDeadline(now) {
+			// Not sent late: it fails as it is, and its webhook says why.
+			if member != "" {
+				l.d.pools.Unpick(poolID, member)
+			}
+			l.d.startExpiry(l, q.key, j, domain.ReasonDeadlineExceeded)
+			continue
+		}
 		if probe {
 			l.outage.startProbe()
 		}
@@ -439,21 +469,28 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 func (l *lane) failOverdue(now time.Time) time.Duration {
 	var wait time.Duration
 	for _, q := range l.order {
-		for len(q.window) > 0 && l.gate.Open() {
-			j := q.window[0]
+		for q.head() != nil && l.gate.Open() {
+			j := q.head()
 			due := holdDeadline(j, l.d.cfg.Outage.MaxHold)
+			if !j.Deadline.IsZero() && j.Phase() == domain.PhaseDispatch {
+				due = minTime(due, j.Deadline)
+			}
 			if now.Before(due) {
 				wait = minPositive(wait, due.Sub(now))
 				break
 			}
 			q.pop()
 			if j.Phase() == domain.PhaseDispatch && !l.d.BeginDispatch(j) {
-				q.forget(j.ReadySeq) // cancelled meanwhile, or running already
+				q.forget(j) // cancelled meanwhile, or running already
 				continue
 			}
 			l.gate.Acquire()
 			q.running++
-			l.d.startHoldExpiry(l, q.key, j, l.outage.stats().LastError)
+			if j.PastDeadline(now) {
+				l.d.startExpiry(l, q.key, j, domain.ReasonDeadlineExceeded)
+				continue
+			}
+			l.d.startExpiry(l, q.key, j, l.d.outageReason(l.outage.stats().LastError))
 		}
 	}
 	return wait
@@ -484,10 +521,10 @@ func (l *lane) pick(now time.Time) *queue {
 	n := len(l.order)
 	for i := range n {
 		q := l.order[(l.next+i)%n]
-		for len(q.window) > 0 && (q.window[0].Expired(now) || l.d.isCanceled(q.window[0])) {
-			q.forget(q.pop().ReadySeq)
+		for h := q.head(); h != nil && (h.Expired(now) || l.d.isCanceled(h)); h = q.head() {
+			q.forget(q.pop())
 		}
-		if len(q.window) > 0 && !now.Before(q.pausedUntil) && q.underCap(now) {
+		if q.head() != nil && !now.Before(q.pausedUntil) && q.underCap(now) {
 			l.next = (l.next + i + 1) % n
 			return q
 		}
@@ -512,7 +549,7 @@ func (l *lane) complete(o *outcome, now time.Time) {
 			q.avoid[o.job.ReadySeq] = o.member
 			heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
 		default:
-			q.forget(o.job.ReadySeq)
+			q.forget(o.job)
 			delete(q.avoid, o.job.ReadySeq)
 		}
 		return
@@ -539,7 +576,7 @@ func (l *lane) complete(o *outcome, now time.Time) {
 	case outcomeRetry:
 		heap.Push(&q.delayed, delayed{job: o.job, due: o.retryAt})
 	default:
-		q.forget(o.job.ReadySeq)
+		q.forget(o.job)
 	}
 }
 
@@ -547,11 +584,14 @@ func (l *lane) complete(o *outcome, now time.Time) {
 // delayed for a retry.
 func (l *lane) drop(id domain.JobID) {
 	for _, q := range l.order {
-		for i, j := range q.window {
-			if j.ID == id && j.Phase() == domain.PhaseDispatch {
-				delete(q.inMem, j.ReadySeq)
-				q.window = append(q.window[:i:i], q.window[i+1:]...)
-				break
+		for c := range q.streams {
+			st := &q.streams[c]
+			for i, j := range st.window {
+				if j.ID == id && j.Phase() == domain.PhaseDispatch {
+					delete(q.inMem, j.ReadySeq)
+					st.window = append(st.window[:i:i], st.window[i+1:]...)
+					break
+				}
 			}
 		}
 		for i, dl := range q.delayed {
@@ -598,7 +638,9 @@ func (l *lane) activate(st ports.LaneState) {
 	}
 	l.active = true
 	for _, q := range l.order {
-		q.markStale(0)
+		for c := range q.streams {
+			q.streams[c].markStale(0)
+		}
 	}
 }
 
@@ -608,15 +650,19 @@ func (l *lane) activate(st ports.LaneState) {
 func (l *lane) deactivate() {
 	l.active = false
 	for _, q := range l.order {
-		for _, j := range q.window {
-			delete(q.inMem, j.ReadySeq)
+		for c := range q.streams {
+			st := &q.streams[c]
+			for _, j := range st.window {
+				delete(q.inMem, j.ReadySeq)
+			}
+			st.window = nil
+			st.cursor, st.fetched, st.stale = 0, 0, true
 		}
 		for _, dl := range q.delayed {
 			delete(q.inMem, dl.job.ReadySeq)
 		}
-		q.window, q.delayed = nil, nil
+		q.delayed = nil
 		clear(q.avoid)
-		q.cursor, q.fetched, q.stale = 0, 0, true
 	}
 }
 
@@ -665,7 +711,7 @@ func (l *lane) collectIdleQueues(now time.Time) {
 func (l *lane) publishStats(now time.Time) {
 	buffered, paused := 0, 0
 	for _, q := range l.order {
-		buffered += len(q.window) + q.delayed.Len()
+		buffered += q.buffered()
 		if now.Before(q.pausedUntil) {
 			paused++
 		}
@@ -682,25 +728,49 @@ func (l *lane) publishStats(now time.Time) {
 	}
 }
 
-// queue is one store lane's FIFO of ready work inside a lane. The store is
-// the queue: the window holds at most WindowJobs ready items and more are
-// paged in commit order (ReadySeq) as it drains, so a backlog of millions
-// costs disk, not RAM. Work is identified by ReadySeq, which is unique per
-// readiness: a job can wait in the same queue twice (dispatch, then
-// delivery) under two ReadySeqs.
+// queue is one store lane's ready work inside a lane: one FIFO stream per
+// priority, and the work waiting out a retry. The store is the queue: each
+// stream's window holds at most WindowJobs ready items and more are paged in
+// commit order (ReadySeq) as it drains, so a backlog of millions costs disk,
+// not RAM. Work is identified by ReadySeq, which is unique per readiness: a
+// job can wait in the same queue twice (dispatch, then delivery) under two
+// ReadySeqs.
 //
-// Fresh work is handed over directly (offers) when the queue is caught up;
-// otherwise the queue reads it from the store. Two positions keep that exact:
-// cursor, below which all ready work is in memory or done, and fetched, the
-// highest ReadySeq a store read returned. ReadySeq follows commit order, so
-// an offer at or below fetched was already read, and an offer the queue
-// cannot take lowers cursor so the next read finds it.
+// Which stream goes next is the priority rule (head): each stream's oldest
+// job counts as having arrived when it became due, less aging for each
+// class it stands above low, and the earliest goes. So a high job passes
+// normal jobs that became due less than aging before it, and low ones less
+// than twice that; a job that has waited longer than that is not passed —
+// no job starves, however much higher-priority work keeps arriving.
 type queue struct {
-	key      domain.QueueKey
-	window   []*domain.Job      // ready work, FIFO
-	delayed  delayHeap          // work waiting out a retry backoff or a deferral
-	inMem    map[int64]struct{} // ReadySeq of work in the window, delayed or running
-	avoid    map[int64]string   // pool work: the member its last attempt failed on
+	key     domain.QueueKey
+	streams [3]stream          // by domain.Priority.Class: high, normal, low
+	aging   time.Duration      // the priority rule's step
+	sel     int                // the stream head chose last
+	delayed delayHeap          // work waiting out a retry backoff or a deferral
+	inMem   map[int64]struct{} // ReadySeq of work in a window, delayed or running
+	avoid   map[int64]string   // pool work: the member its last attempt failed on
+
+	pausedUntil time.Time // the destination asked this queue to wait
+	pausedBy    string    // the signal that asked it (domain.Signal*)
+	running     int
+	// A capped tenant's queue (its own pace inside the lane's budget):
+	// limiter nil otherwise.
+	limiter    *pacing.Limiter
+	maxRunning int
+	idleSince  time.Time
+}
+
+// stream is the ready work of one priority of a queue, FIFO.
+//
+// Fresh work is handed over directly (offers) when the stream is caught up;
+// otherwise the stream reads it from the store. Two positions keep that
+// exact: cursor, below which all ready work is in memory or done, and
+// fetched, the highest ReadySeq a store read returned. ReadySeq follows
+// commit order, so an offer at or below fetched was already read, and an
+// offer the stream cannot take lowers cursor so the next read finds it.
+type stream struct {
+	window   []*domain.Job // ready work, FIFO
 	cursor   int64
 	fetched  int64
 	stale    bool // the store may hold ready work not read yet
@@ -712,45 +782,38 @@ type queue struct {
 	doneInFetch  map[int64]struct{}
 	pendingFloor int64
 	fetchAt      time.Time
-	pausedUntil  time.Time // the destination asked this queue to wait
-	pausedBy     string    // the signal that asked it (domain.Signal*)
-	running      int
-	// A capped tenant's queue (its own pace inside the lane's budget):
-	// limiter nil otherwise.
-	limiter    *pacing.Limiter
-	maxRunning int
-	idleSince  time.Time
 }
 
-// accept takes work handed over right after its commit, if the queue is
+// accept takes work handed over right after its commit, if its stream is
 // caught up and has room; otherwise it leaves the work for a store read.
 func (q *queue) accept(j *domain.Job, window int) {
-	if j.ReadySeq <= q.fetched {
+	st := &q.streams[j.Priority.Class()]
+	if j.ReadySeq <= st.fetched {
 		return // a store read already returned it
 	}
 	if _, dup := q.inMem[j.ReadySeq]; dup {
 		return
 	}
-	if q.stale || q.fetching || len(q.window) >= window {
-		q.markStale(j.ReadySeq - 1)
+	if st.stale || st.fetching || len(st.window) >= window {
+		st.markStale(j.ReadySeq - 1)
 		return
 	}
 	q.inMem[j.ReadySeq] = struct{}{}
-	q.window = append(q.window, j)
-	q.cursor = max(q.cursor, j.ReadySeq)
+	st.window = append(st.window, j)
+	st.cursor = max(st.cursor, j.ReadySeq)
 }
 
 // markStale notes that the store holds ready work from floor on that the
-// queue has not read. During a read it is remembered and applied when the
+// stream has not read. During a read it is remembered and applied when the
 // read's result is in, so the result cannot move the cursor past it.
-func (q *queue) markStale(floor int64) {
-	if q.fetching {
-		q.refetch = true
-		q.pendingFloor = min(q.pendingFloor, floor)
+func (st *stream) markStale(floor int64) {
+	if st.fetching {
+		st.refetch = true
+		st.pendingFloor = min(st.pendingFloor, floor)
 		return
 	}
-	q.stale = true
-	q.cursor = min(q.cursor, floor)
+	st.stale = true
+	st.cursor = min(st.cursor, floor)
 }
 
 // underCap reports whether a capped tenant's queue may start one more
@@ -759,37 +822,95 @@ func (q *queue) underCap(now time.Time) bool {
 	return q.limiter == nil || (q.running < q.maxRunning && q.limiter.Wait(now) == 0)
 }
 
-// forget drops finished work from the queue's memory. A read running now
-// may have seen it still waiting; it is kept from coming back.
-func (q *queue) forget(readySeq int64) {
-	delete(q.inMem, readySeq)
-	if q.fetching {
-		if q.doneInFetch == nil {
-			q.doneInFetch = make(map[int64]struct{})
+// forget drops finished work from the queue's memory. A read of its stream
+// running now may have seen it still waiting; it is kept from coming back.
+func (q *queue) forget(j *domain.Job) {
+	delete(q.inMem, j.ReadySeq)
+	if st := &q.streams[j.Priority.Class()]; st.fetching {
+		if st.doneInFetch == nil {
+			st.doneInFetch = make(map[int64]struct{})
 		}
-		q.doneInFetch[readySeq] = struct{}{}
+		st.doneInFetch[j.ReadySeq] = struct{}{}
 	}
 }
 
+// head returns the work that goes next under the priority rule (nil if the
+// windows are empty) and remembers its stream for pop. A stream with nothing
+// in memory whose store read is due or running may hold work that goes
+// first: until it is read, lower priorities wait for it (a short wait, and
+// only when higher-priority work has just arrived or the lane has just
+// started).
+func (q *queue) head() *domain.Job {
+	var best *domain.Job
+	var bestAt time.Time
+	for c := range q.streams {
+		st := &q.streams[c]
+		w := st.window
+		if len(w) == 0 {
+			if st.stale || st.fetching {
+				break
+			}
+			continue
+		}
+		// Class c counts as arriving (2-c) aging steps earlier than low.
+		at := w[0].DueAt().Add(-time.Duration(2-c) * q.aging)
+		if best == nil || at.Before(bestAt) {
+			best, bestAt, q.sel = w[0], at, c
+		}
+	}
+	return best
+}
+
+// pop removes and returns the work head returned last.
 func (q *queue) pop() *domain.Job {
-	j := q.window[0]
-	q.window[0] = nil
-	q.window = q.window[1:]
-	if len(q.window) == 0 {
-		q.window = nil // let the backing array go
+	st := &q.streams[q.sel]
+	j := st.window[0]
+	st.window[0] = nil
+	st.window = st.window[1:]
+	if len(st.window) == 0 {
+		st.window = nil // let the backing array go
 	}
 	return j
 }
 
-// promoteDue moves work whose wait has elapsed back to the front of the
-// window, oldest first.
-func (q *queue) promoteDue(now time.Time) {
-	var due []*domain.Job
-	for !q.delayed.empty() && !q.delayed.next().After(now) {
-		due = append(due, heap.Pop(&q.delayed).(delayed).job)
+// buffered is how much work the queue holds in memory: its windows and its
+// retry waits.
+func (q *queue) buffered() int {
+	n := q.delayed.Len()
+	for c := range q.streams {
+		n += len(q.streams[c].window)
 	}
-	if len(due) > 0 {
-		q.window = append(due, q.window...)
+	return n
+}
+
+// waiting reports whether any window holds work.
+func (q *queue) waiting() bool {
+	for c := range q.streams {
+		if len(q.streams[c].window) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// promoteDue moves work whose wait has elapsed back to the front of its
+// stream's window, oldest first.
+func (q *queue) promoteDue(now time.Time) {
+	var due [3][]*domain.Job
+	any := false
+	for !q.delayed.empty() && !q.delayed.next().After(now) {
+		j := heap.Pop(&q.delayed).(delayed).job
+		c := j.Priority.Class()
+		due[c] = append(due[c], j)
+		any = true
+	}
+	if !any {
+		return
+	}
+	for c, js := range due {
+		if len(js) > 0 {
+			q.streams[c].window = append(js, q.streams[c].window...)
+		}
 	}
 }
 
@@ -800,7 +921,16 @@ func (q *queue) pause(until time.Time) {
 }
 
 func (q *queue) idle() bool {
-	return len(q.window) == 0 && q.delayed.empty() && q.running == 0 && !q.stale && !q.fetching
+	if !q.delayed.empty() || q.running != 0 {
+		return false
+	}
+	for c := range q.streams {
+		st := &q.streams[c]
+		if len(st.window) > 0 || st.stale || st.fetching {
+			return false
+		}
+	}
+	return true
 }
 
 // nextWake is how long until something in the queue needs the lane's
@@ -810,13 +940,16 @@ func (q *queue) nextWake(now time.Time, idleTimeout time.Duration) time.Duration
 	if !q.delayed.empty() {
 		w = minPositive(w, max(q.delayed.next().Sub(now), time.Microsecond))
 	}
-	if q.stale && !q.fetching && now.Before(q.fetchAt) {
-		w = minPositive(w, q.fetchAt.Sub(now))
+	for c := range q.streams {
+		if st := &q.streams[c]; st.stale && !st.fetching && now.Before(st.fetchAt) {
+			w = minPositive(w, st.fetchAt.Sub(now))
+		}
 	}
-	if len(q.window) > 0 && now.Before(q.pausedUntil) {
+	waiting := q.waiting()
+	if waiting && now.Before(q.pausedUntil) {
 		w = minPositive(w, q.pausedUntil.Sub(now))
 	}
-	if len(q.window) > 0 && q.limiter != nil {
+	if waiting && q.limiter != nil {
 		w = minPositive(w, q.limiter.Wait(now))
 	}
 	if q.idle() && !q.idleSince.IsZero() {

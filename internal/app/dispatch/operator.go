@@ -47,6 +47,13 @@ func anySignal(s pacing.Signals) string {
 	return ""
 }
 
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
@@ -200,16 +207,18 @@ func (l *lane) detail(now time.Time) LaneDetail {
 		det.HeldUntil = l.heldUntil
 	}
 	for _, q := range l.order {
-		qd := QueueDetail{Queue: q.key, Buffered: len(q.window) + q.delayed.Len(), Running: q.running}
+		qd := QueueDetail{Queue: q.key, Buffered: q.buffered(), Running: q.running}
 		if now.Before(q.pausedUntil) {
 			qd.PausedUntil, qd.PausedBy = q.pausedUntil, q.pausedBy
 		}
 		if q.limiter != nil {
 			qd.CapRPS, qd.CapMaxConcurrent = q.limiter.Rate(), q.maxRunning
 		}
-		for _, j := range q.window {
-			if at := j.PhaseStart(); qd.OldestBuffered.IsZero() || at.Before(qd.OldestBuffered) {
-				qd.OldestBuffered = at
+		for c := range q.streams {
+			for _, j := range q.streams[c].window {
+				if at := j.PhaseStart(); qd.OldestBuffered.IsZero() || at.Before(qd.OldestBuffered) {
+					qd.OldestBuffered = at
+				}
 			}
 		}
 		for _, dl := range q.delayed {

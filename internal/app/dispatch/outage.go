@@ -199,7 +199,7 @@ func (d *Dispatcher) judge(o *laneOutage, j *domain.Job, ar attemptResult, probe
 // waited long enough and fails: MaxHold after it entered its current phase,
 // and never after it would expire.
 func holdDeadline(j *domain.Job, maxHold time.Duration) time.Time {
-	deadline := j.PhaseStart().Add(maxHold)
+	deadline := j.DueAt().Add(maxHold)
 	if !j.ExpiresAt.IsZero() && j.ExpiresAt.Before(deadline) {
 		deadline = j.ExpiresAt
 	}

@@ -383,7 +383,7 @@ func (p *Proxy) direct(ctx context.Context, job *domain.Job) (*Result, error) {
 	// the client leaves, the answer is still recorded.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.d.RequestTimeout())
 	headerTimer := time.AfterFunc(cfg.DirectTimeout, cancel)
-	resp, err := p.d.Exchange(actx, job, job.URL, zeroRate)
+	resp, err := p.d.Exchange(actx, job, job.URL, zeroRate, "")
 	if !headerTimer.Stop() && err == nil {
 		// The direct deadline passed just as the answer came: too late.
 		resp.Body.Close()

@@ -16,10 +16,11 @@ import (
 
 // retrySet re-queues a finished job as a new attempt cycle: no result, no
 // delivery, attempts and deferrals back to zero, ready again in its own
-// queue ($now, $expires, $owner name the statement's parameters). Its
-// request, seq and history stay.
+// queue at once, with no not_before and no deadline (an operator's retry
+// runs now), ($now, $expires, $owner name the statement's parameters). Its
+// request, seq, history, priority and other options stay.
 func retrySet(now, expires, owner string) string {
-	return `status = 'queued', attempts = 0, deferrals = 0, response_status = 0, response_body = NULL,
+	return `status = 'queued', attempts = 0, deferrals = 0, response_status = 0, response_body = NULL, not_before = 0, deadline = 0,
 		response_truncated = false, response_content_type = '', reason = '',
 		delivery_status = '', delivery_attempts = 0, delivery_response = 0, delivery_reason = '',
 		ready_lane = lane, ready_seq = nextval('jobs_seq'), updated_at = ` + now + `, expires_at = ` + expires + `, owner = ` + owner

@@ -16,11 +16,16 @@ import (
 	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
+// optionsEpoch is when the scheduled jobs and deadlines of the plan tests
+// tables begin (Unix ms).
+const optionsEpoch int64 = 1700000000000
+
 // TestQueriesUseIndexes checks, on a table of realistic shape (many lanes,
 // tenant lanes, a finished tail, a few in-flight jobs of several owners),
 // that the statements whose cost must not grow with the backlog read
 // through indexes, never a sequential scan of jobs (in-flight jobs: about
-// 1%). AQUIFER_EXPLAIN_ROWS
+// 1%), and that the reads of job options use the index made for them
+// (priorities, scheduled jobs, deadlines: see the seed). AQUIFER_EXPLAIN_ROWS
 // sets the table's size (default 20000); with -v the plans are logged.
 func TestQueriesUseIndexes(t *testing.T) {
 	t.Parallel()
@@ -31,34 +36,60 @@ func TestQueriesUseIndexes(t *testing.T) {
 	schema := newSchema(t)
 	openStore(t, schema, "a:1", nil)
 	start := time.Now()
+	// Job options: a seventh of the jobs high priority and a seventh low
+	// (7 is coprime with the other moduli, so every lane has each); one
+	// in 50 scheduled (in no lane yet, due over the next 20000 s); one in
+	// 30 with a deadline (1000 s apart).
 	exec(t, schema, `INSERT INTO jobs (id, seq, user_id, idempotent_key, method, lane, status, created_at, updated_at,
-		dispatched_at, expires_at, ready_lane, ready_seq, owner)
+		dispatched_at, expires_at, ready_lane, ready_seq, owner, priority, not_before, deadline)
 	SELECT 'j' || g, g, 'u', 'k' || g, 'POST', l.lane,
 		CASE WHEN g % 10 = 0 THEN 'completed' WHEN g % 97 = 0 THEN 'in_flight' ELSE 'queued' END,
 		1, 1, 1, 9000000000000000,
-		CASE WHEN g % 10 = 0 THEN '' ELSE l.lane END, g, 'p' || (g % 3)
+		CASE WHEN g % 10 = 0 OR (g % 50 = 3 AND g % 97 <> 0) THEN '' ELSE l.lane END,
+		CASE WHEN g % 50 = 3 AND g % 97 <> 0 THEN 0 ELSE g END, 'p' || (g % 3),
+		CASE g % 7 WHEN 1 THEN 1 WHEN 2 THEN -1 ELSE 0 END,
+		CASE WHEN g % 50 = 3 THEN $2::bigint + g * 1000 ELSE 0 END,
+		CASE WHEN g % 30 = 7 THEN $2::bigint + g * 1000 ELSE 0 END
 	FROM generate_series(1, $1::int) g,
 	LATERAL (SELECT 'http://up' || (g % 40) || '.test:80' ||
-		CASE WHEN g % 4 = 0 THEN '|' || substr(md5((g % 7)::text), 1, 24) ELSE '' END AS lane) l`, rows)
+		CASE WHEN g % 4 = 0 THEN '|' || substr(md5((g % 7)::text), 1, 24) ELSE '' END AS lane) l`, rows, optionsEpoch)
 	exec(t, schema, "ANALYZE jobs")
 	t.Logf("%d rows in %v", rows, time.Since(start).Round(time.Millisecond))
 
 	now := time.Now().UnixMilli()
+	// Counts counts every waiting job, most of this table: the planner may
+	// read the table for that part; its scheduled jobs' part must still be
+	// an index-only count of jobs_scheduled.
+	mayScan := map[string]bool{"Counts": true}
+	// The reads that must find something in this table, so that their
+	// plans are of real work.
+	finds := map[string]bool{"ListReady": true, "ListReady (high)": true, "ListReady (tenant lane)": true,
+		"PromoteDue": true, "NextDue": true, "Overdue": true}
 	for _, c := range []struct {
-		name string
-		sql  string
-		args []any
+		name  string
+		sql   string
+		args  []any
+		index string // an index the plan must use ("": any)
 	}{
-		{"Position", `SELECT count(*) FROM jobs
-			WHERE ready_lane = $1 AND ready_lane <> '' AND ready_seq < $2 AND status <> 'in_flight' AND expires_at > $3`,
-			[]any{"http://up7.test:80", int64(rows / 2), now}},
-		{"ListReady", sqlListReady, []any{"http://up7.test:80", int64(rows / 2), now, 100}},
-		{"ListReady (tenant lane)", sqlListReady, []any{"http://up8.test:80|" + "c4ca4238a0b923820dcc509a", int64(0), now, 100}},
-		{"RecoverLane", sqlRecoverLane, []any{"http://up1.test:80", now}},
+		{"Position", sqlPosition, []any{"http://up7.test:80", int64(rows / 2), now}, "jobs_ready"},
+		{"ListReady", sqlListReady, []any{"http://up7.test:80", int64(rows / 2), now, 100, int16(0)}, "jobs_ready"},
+		{"ListReady (high)", sqlListReady, []any{"http://up7.test:80", int64(rows / 2), now, 100, int16(1)}, "jobs_ready"},
+		{"ListReady (tenant lane)", sqlListReady, []any{"http://up8.test:80|" + "c4ca4238a0b923820dcc509a", int64(0), now, 100, int16(1)}, "jobs_ready"},
+		{"ReadyQueues", sqlReadyQueues, nil, "jobs_ready"},
+		{"Counts", sqlCounts, []any{now}, "jobs_scheduled"},
+		// Job options: promoting the first 100 of the jobs due (about a
+		// quarter of the scheduled ones), the next one due, 100 of the
+		// jobs past their deadline (about half of those with one).
+		{"PromoteDue", sqlPromote, []any{optionsEpoch + int64(rows)*250, 100, "a:1"}, "jobs_scheduled"},
+		{"NextDue", sqlNextDue, nil, "jobs_scheduled"},
+		{"Overdue", sqlOverdue, []any{optionsEpoch + int64(rows)*500, 100}, "jobs_deadline"},
+		{"InsertBatch (expired holders)", sqlDeleteExpiredHolders, []any{[]string{"u", "u"}, []string{"k7", "new"}, []int64{now, now}}, "jobs_idempotency"},
+		{"InsertBatch (holders)", sqlBatchHolders, []any{[]string{"u", "u"}, []string{"k7", "new"}, []string{"x1", "x2"}}, "jobs_idempotency"},
+		{"RecoverLane", sqlRecoverLane, []any{"http://up1.test:80", now}, ""},
 		{"RecoverInFlight", `UPDATE jobs SET status = 'queued', updated_at = $2
-			WHERE ` + mineOrDead("$1") + ` AND ready_lane <> '' AND status = 'in_flight'`, []any{"a:1", now}},
+			WHERE ` + mineOrDead("$1") + ` AND ready_lane <> '' AND status = 'in_flight'`, []any{"a:1", now}, ""},
 		{"ResetStale (read)", "SELECT " + storekit.JobColumns + ` FROM jobs WHERE ` + mineOrDead("$1") + `
-			AND ready_lane <> '' AND status = 'in_flight' AND dispatched_at < $2 ORDER BY ready_seq`, []any{"a:1", now}},
+			AND ready_lane <> '' AND status = 'in_flight' AND dispatched_at < $2 ORDER BY ready_seq`, []any{"a:1", now}, ""},
 	} {
 		// A prepared statement runs with a custom plan (for its values)
 		// or a generic one (for any values), as PostgreSQL decides: both
@@ -69,8 +100,14 @@ func TestQueriesUseIndexes(t *testing.T) {
 			if err := json.Unmarshal(plan, &nodes); err != nil || len(nodes) != 1 {
 				t.Fatalf("%s: unreadable plan (%v): %s", c.name, err, plan)
 			}
-			if nodes[0].Plan.scans("jobs") {
+			if !mayScan[c.name] && nodes[0].Plan.scans("jobs") {
 				t.Errorf("%s (%s) scans jobs sequentially:\n%s", c.name, mode, plan)
+			}
+			if finds[c.name] && nodes[0].Plan.Rows == 0 {
+				t.Errorf("%s (%s) found nothing: the seed does not exercise it", c.name, mode)
+			}
+			if c.index != "" && !nodes[0].Plan.uses(c.index) {
+				t.Errorf("%s (%s) does not use %s:\n%s", c.name, mode, c.index, plan)
 			}
 		}
 	}
@@ -88,9 +125,25 @@ func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 			lits[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
 		case []byte:
 			lits[i] = "'\\x" + hex.EncodeToString(v) + "'::bytea"
+		case []string:
+			q := make([]string, len(v))
+			for n, e := range v {
+				q[n] = "'" + strings.ReplaceAll(e, "'", "''") + "'"
+			}
+			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::text[]"
+		case []int64:
+			q := make([]string, len(v))
+			for n, e := range v {
+				q[n] = strconv.FormatInt(e, 10)
+			}
+			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::int8[]"
 		default:
 			lits[i] = fmt.Sprint(v)
 		}
+	}
+	params := "" // EXECUTE takes no parentheses without parameters
+	if len(lits) > 0 {
+		params = " (" + strings.Join(lits, ", ") + ")"
 	}
 	var plan []byte
 	query(t, schema, func(tx pgx.Tx) error {
@@ -108,7 +161,7 @@ func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 			if _, err := tx.Exec(ctx, "SAVEPOINT x"); err != nil {
 				return err
 			}
-			r, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") EXECUTE explained ("+strings.Join(lits, ", ")+")",
+			r, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT "+format+") EXECUTE explained"+params,
 				pgx.QueryExecModeSimpleProtocol)
 			if err != nil {
 				return err
@@ -135,6 +188,8 @@ func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 type planNode struct {
 	NodeType   string     `json:"Node Type"`
 	Relation   string     `json:"Relation Name"`
+	Index      string     `json:"Index Name"`
+	Rows       int        `json:"Actual Rows"`
 	SharedHit  int        `json:"Shared Hit Blocks"`
 	SharedRead int        `json:"Shared Read Blocks"`
 	Plans      []planNode `json:"Plans"`
@@ -160,6 +215,19 @@ func (n planNode) scans(relation string) bool {
 	}
 	for _, c := range n.Plans {
 		if c.scans(relation) {
+			return true
+		}
+	}
+	return false
+}
+
+// uses reports whether the plan reads index.
+func (n planNode) uses(index string) bool {
+	if n.Index == index {
+		return true
+	}
+	for _, c := range n.Plans {
+		if c.uses(index) {
 			return true
 		}
 	}

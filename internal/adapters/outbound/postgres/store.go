@@ -427,8 +427,16 @@ func (s *Store) getOne(ctx context.Context, what, sql string, args ...any) (*dom
 	return j, nil
 }
 
+// sqlPosition counts the lane's waiting jobs ahead of $2, of every
+// priority: three ranges of jobs_ready (ready_lane, priority, ready_seq),
+// one per priority (the jobs_priority constraint keeps priorities to those
+// three).
+const sqlPosition = `SELECT count(*) FROM jobs
+	WHERE ready_lane = $1 AND ready_lane <> '' AND priority IN (-1, 0, 1) AND ready_seq < $2
+	AND status <> 'in_flight' AND expires_at > $3`
+
 // Position implements ports.JobStore: every waiting job of the lane counts,
-// whoever inserted it.
+// whoever inserted it, whatever its priority.
 func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int64) (int, error) {
 	if s.isClosed() {
 		return 0, domain.ErrClosed
@@ -436,22 +444,20 @@ func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
 	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs
-		WHERE ready_lane = $1 AND ready_lane <> '' AND ready_seq < $2 AND status <> 'in_flight' AND expires_at > $3`,
-		string(lane), readySeq, storekit.Millis(time.Now())).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlPosition, string(lane), readySeq, storekit.Millis(time.Now())).Scan(&n); err != nil {
 		return 0, unavailable("job position", err)
 	}
 	return int(n), nil
 }
 
-// sqlListReady pages a lane: its unexpired jobs waiting (not in flight)
-// after the cursor, in ready_seq order, whoever inserted them. It walks
-// jobs_ready (ready_lane, ready_seq) from the cursor and stops after $4 rows.
-// The condition that ready_lane is not empty, implied by the lane, is
-// stated so that a generic plan of the prepared statement may use the
-// partial index.
+// sqlListReady pages one priority of a lane: its unexpired jobs of
+// priority $5 waiting (not in flight) after the cursor, in ready_seq order,
+// whoever inserted them. It walks jobs_ready (ready_lane, priority,
+// ready_seq) from the cursor and stops after $4 rows. The condition that
+// ready_lane is not empty, implied by the lane, is stated so that a
+// generic plan of the prepared statement may use the partial index.
 const sqlListReady = "SELECT " + jobColumns + ` FROM jobs
-	WHERE ready_lane = $1 AND ready_lane <> '' AND ready_seq > $2 AND status <> 'in_flight' AND expires_at > $3
+	WHERE ready_lane = $1 AND ready_lane <> '' AND priority = $5 AND ready_seq > $2 AND status <> 'in_flight' AND expires_at > $3
 	ORDER BY ready_seq LIMIT $4`
 
 // ListReady implements ports.JobStore. It claims nothing: the app reads only
@@ -466,7 +472,7 @@ func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*dom
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, sqlListReady, string(p.Queue), p.AfterSeq, storekit.Millis(p.Now), p.Limit)
+	rows, err := s.pool.Query(ctx, sqlListReady, string(p.Queue), p.AfterSeq, storekit.Millis(p.Now), p.Limit, int16(p.Priority))
 	if err != nil {
 		return nil, unavailable("list ready jobs", err)
 	}
@@ -515,7 +521,6 @@ func (s *Store) lanes(ctx context.Context, what, sql string, args ...any) ([]dom
 	return lanes, nil
 }
 
-// Counts implements ports.JobStore, store-wide (every owner's work).
 var _ ports.TenantCounter = (*Store)(nil)
 
 // CountUnfinished implements ports.TenantCounter: a range over the
@@ -543,6 +548,16 @@ func (s *Store) CountUnfinished(ctx context.Context, prefix string) (int64, erro
 	return n, nil
 }
 
+// sqlCounts counts the waiting work: the jobs in a lane's queue (jobs_ready's
+// rows), and the scheduled jobs, which are queued too but in no lane, apart
+// (jobs_scheduled, which includes expires_at: an index-only count).
+const sqlCounts = `SELECT count(*) FILTER (WHERE status = 'queued') +
+		(SELECT count(*) FROM jobs WHERE ` + scheduledRow + ` AND expires_at > $1),
+	count(*) FILTER (WHERE status = 'in_flight'), count(*) FILTER (WHERE delivery_status = 'pending')
+	FROM jobs WHERE ready_lane <> '' AND expires_at > $1`
+
+// Counts implements ports.JobStore, store-wide (every owner's work),
+// scheduled jobs among the queued.
 func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
 	var c ports.Counts
 	if s.isClosed() {
@@ -550,9 +565,7 @@ func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'queued'),
-		count(*) FILTER (WHERE status = 'in_flight'), count(*) FILTER (WHERE delivery_status = 'pending')
-		FROM jobs WHERE ready_lane <> '' AND expires_at > $1`, storekit.Millis(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
+	err := s.pool.QueryRow(ctx, sqlCounts, storekit.Millis(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
 	if err != nil {
 		return ports.Counts{}, unavailable("count jobs", err)
 	}

@@ -155,96 +155,137 @@ func splitRound(ops []*storekit.Op, idx []int) (round, rest []int) {
 	return round, rest
 }
 
-// sqlInsert inserts many jobs in one statement. Each row takes one value of
-// jobs_seq for both seq and ready_seq (OFFSET 0 keeps the subquery, so
-// nextval runs once per row). Rows whose key is taken are skipped, and only
-// inserted rows are returned. tenant, upstream and url_path are derived from
-// the request (derive).
-const sqlInsert = `INSERT INTO jobs (id, user_id, idempotent_key, url, pool_id, method, headers, body, webhook_url,
+// insertColumns are the columns of a new job as the inserts send them, one
+// array parameter each ($1 … $25, in this order; the owner is $26), and
+// insertUnnest turns those arrays into rows.
+const (
+	insertColumns = `id, user_id, idempotent_key, url, pool_id, method, headers, body, webhook_url,
 	lane, status, attempts, deferrals, created_at, updated_at, expires_at, ready_lane, tenant, upstream, url_path, history,
-	owner, seq, ready_seq)
-SELECT id, user_id, idempotent_key, url, pool_id, method, headers, body, webhook_url,
-	lane, status, attempts, deferrals, created_at, updated_at, expires_at, ready_lane, tenant, upstream, url_path, history,
-	$22, n, n
-FROM (SELECT t.*, nextval('jobs_seq') AS n
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[],
+	not_before, deadline, priority, options`
+	insertUnnest = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[],
 		$9::text[], $10::text[], $11::text[], $12::int4[], $13::int4[], $14::int8[], $15::int8[], $16::int8[], $17::text[],
-		$18::text[], $19::text[], $20::text[], $21::text[])
-	AS t(id, user_id, idempotent_key, url, pool_id, method, headers, body, webhook_url,
-		lane, status, attempts, deferrals, created_at, updated_at, expires_at, ready_lane, tenant, upstream, url_path, history)
-	OFFSET 0) x
+		$18::text[], $19::text[], $20::text[], $21::text[], $22::int8[], $23::int8[], $24::int2[], $25::text[])`
+)
+
+// sqlInsert inserts many jobs in one statement. Each row takes one value of
+// jobs_seq for seq and, when it is ready at once, for ready_seq too (a
+// scheduled job, ready_lane ”, has ready_seq 0 until PromoteDue; OFFSET 0
+// keeps the subquery, so nextval runs once per row). Rows whose key is
+// taken are skipped, and only inserted rows are returned. tenant, upstream
+// and url_path are derived from the request (derive).
+const sqlInsert = `INSERT INTO jobs (` + insertColumns + `, owner, seq, ready_seq)
+SELECT ` + insertColumns + `, $26, n, CASE WHEN ready_lane <> '' THEN n ELSE 0 END
+FROM (SELECT t.*, nextval('jobs_seq') AS n FROM ` + insertUnnest + ` AS t(` + insertColumns + `) OFFSET 0) x
 ON CONFLICT (user_id, idempotent_key) DO NOTHING
 RETURNING id, seq`
+
+// insertRows are jobs as the array parameters of sqlInsert or
+// sqlInsertBatch, in the order of insertColumns.
+type insertRows struct {
+	ids, users, keys, urls, pools, methods, headers    []string
+	webhooks, lanes, statuses, readyLanes              []string
+	bodies                                             [][]byte
+	attempts, deferrals                                []int32
+	created, updated, expires, notBefore, deadlines    []int64
+	priorities                                         []int16
+	tenants, upstreams, paths, histories, optionsTexts []string
+}
+
+// add appends j, or returns why it cannot be encoded (then nothing is
+// appended).
+func (r *insertRows) add(j *domain.Job) error {
+	h, err := storekit.EncodeHeaders(j.Headers)
+	if err != nil {
+		return err
+	}
+	hist, err := storekit.EncodeHistory(j.History)
+	if err != nil {
+		return err
+	}
+	opts, err := storekit.EncodeOptions(&j.JobOptions)
+	if err != nil {
+		return err
+	}
+	d := derive(j.UserID, j.Queue, j.URL)
+	r.tenants, r.upstreams, r.paths, r.histories = append(r.tenants, d.tenant), append(r.upstreams, d.upstream), append(r.paths, d.urlPath), append(r.histories, hist)
+	r.ids, r.users, r.keys = append(r.ids, string(j.ID)), append(r.users, j.UserID), append(r.keys, j.IdempotentKey)
+	r.urls, r.pools, r.methods, r.headers = append(r.urls, j.URL), append(r.pools, j.PoolID), append(r.methods, j.Method), append(r.headers, h)
+	var body []byte
+	if len(j.Body) > 0 {
+		body = j.Body
+	}
+	r.bodies, r.webhooks = append(r.bodies, body), append(r.webhooks, j.WebhookURL)
+	r.lanes, r.statuses, r.readyLanes = append(r.lanes, string(j.Queue)), append(r.statuses, string(j.Status)), append(r.readyLanes, string(j.ReadyQueue))
+	r.attempts, r.deferrals = append(r.attempts, int32(j.Attempts)), append(r.deferrals, int32(j.Deferrals))
+	r.created, r.updated, r.expires = append(r.created, storekit.Millis(j.CreatedAt)), append(r.updated, storekit.Millis(j.UpdatedAt)), append(r.expires, storekit.Millis(j.ExpiresAt))
+	r.notBefore, r.deadlines = append(r.notBefore, storekit.Millis(j.NotBefore)), append(r.deadlines, storekit.Millis(j.Deadline))
+	r.priorities, r.optionsTexts = append(r.priorities, int16(j.Priority)), append(r.optionsTexts, opts)
+	return nil
+}
+
+// args are the statement's parameters: the arrays, then owner.
+func (r *insertRows) args(owner string) []any {
+	return []any{r.ids, r.users, r.keys, r.urls, r.pools, r.methods, r.headers, r.bodies, r.webhooks, r.lanes, r.statuses,
+		r.attempts, r.deferrals, r.created, r.updated, r.expires, r.readyLanes, r.tenants, r.upstreams, r.paths, r.histories,
+		r.notBefore, r.deadlines, r.priorities, r.optionsTexts, owner}
+}
+
+// inserted is job j as stored under seq: a job ready at once has ReadySeq
+// seq, a scheduled one none yet.
+func inserted(j *domain.Job, seq int64) *domain.Job {
+	stored := *j // shallow: the caller does not mutate a job after handing it over
+	stored.Seq, stored.ReadySeq = seq, 0
+	if stored.ReadyQueue != "" {
+		stored.ReadySeq = seq
+	}
+	return &stored
+}
 
 // queueInsert adds one multi-row insert of the jobs at idx to b. Its callback
 // fills the results of inserted jobs and lists the others in conflicts.
 func (s *Store) queueInsert(b *pgx.Batch, ops []*storekit.Op, idx []int, results []storekit.Result, conflicts *[]int) {
-	n := len(idx)
-	var (
-		ids, users, keys, urls, pools, methods, headers = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n),
-			make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		webhooks, lanes, statuses, readyLanes = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		bodies                                = make([][]byte, 0, n)
-		attempts, deferrals                   = make([]int32, 0, n), make([]int32, 0, n)
-		created, updated, expires             = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
-		tenants, upstreams, paths, histories  = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		rows                                  = make([]int, 0, n)
-	)
+	var cols insertRows
+	rows := make([]int, 0, len(idx))
 	for _, i := range idx {
-		j := ops[i].Job
-		h, err := storekit.EncodeHeaders(j.Headers)
-		var hist string
-		if err == nil {
-			hist, err = storekit.EncodeHistory(j.History)
-		}
-		if err != nil {
+		if err := cols.add(ops[i].Job); err != nil {
 			results[i].Err = unavailable("insert job", err)
 			continue
 		}
-		d := derive(j.UserID, j.Queue, j.URL)
-		tenants, upstreams, paths, histories = append(tenants, d.tenant), append(upstreams, d.upstream), append(paths, d.urlPath), append(histories, hist)
 		rows = append(rows, i)
-		ids, users, keys = append(ids, string(j.ID)), append(users, j.UserID), append(keys, j.IdempotentKey)
-		urls, pools, methods, headers = append(urls, j.URL), append(pools, j.PoolID), append(methods, j.Method), append(headers, h)
-		var body []byte
-		if len(j.Body) > 0 {
-			body = j.Body
-		}
-		bodies, webhooks = append(bodies, body), append(webhooks, j.WebhookURL)
-		lanes, statuses, readyLanes = append(lanes, string(j.Queue)), append(statuses, string(j.Status)), append(readyLanes, string(j.ReadyQueue))
-		attempts, deferrals = append(attempts, int32(j.Attempts)), append(deferrals, int32(j.Deferrals))
-		created, updated, expires = append(created, storekit.Millis(j.CreatedAt)), append(updated, storekit.Millis(j.UpdatedAt)), append(expires, storekit.Millis(j.ExpiresAt))
 	}
 	if len(rows) == 0 {
 		return
 	}
-	b.Queue(sqlInsert, ids, users, keys, urls, pools, methods, headers, bodies, webhooks, lanes, statuses,
-		attempts, deferrals, created, updated, expires, readyLanes, tenants, upstreams, paths, histories, s.opts.Owner).Query(func(r pgx.Rows) error {
-		inserted := make(map[string]int64, len(rows))
-		for r.Next() {
-			var id string
-			var seq int64
-			if err := r.Scan(&id, &seq); err != nil {
-				return err
-			}
-			inserted[id] = seq
-		}
-		if err := r.Err(); err != nil {
+	b.Queue(sqlInsert, cols.args(s.opts.Owner)...).Query(func(r pgx.Rows) error {
+		seqs, err := insertedSeqs(r, len(rows))
+		if err != nil {
 			return err
 		}
 		for _, i := range rows {
 			j := ops[i].Job
-			seq, ok := inserted[string(j.ID)]
+			seq, ok := seqs[string(j.ID)]
 			if !ok {
 				*conflicts = append(*conflicts, i)
 				continue
 			}
-			stored := *j // shallow: the caller does not mutate a job after handing it over
-			stored.Seq, stored.ReadySeq = seq, seq
-			results[i] = storekit.Result{Job: &stored, Fresh: true}
+			results[i] = storekit.Result{Job: inserted(j, seq), Fresh: true}
 		}
 		return nil
 	})
+}
+
+// insertedSeqs reads the (id, seq) rows an insert returned.
+func insertedSeqs(r pgx.Rows, n int) (map[string]int64, error) {
+	seqs := make(map[string]int64, n)
+	for r.Next() {
+		var id string
+		var seq int64
+		if err := r.Scan(&id, &seq); err != nil {
+			return nil, err
+		}
+		seqs[id] = seq
+	}
+	return seqs, r.Err()
 }
 
 // settleInserts decides inserts whose key was taken when the group ran, and
@@ -340,6 +381,10 @@ func (s *Store) queue(b *pgx.Batch, o *storekit.Op, r *storekit.Result) error {
 	switch o.Kind {
 	case storekit.OpDelete:
 		b.Queue("DELETE FROM jobs WHERE id = $1", string(o.ID)).Exec(notFoundIfNone)
+	case storekit.OpInsertBatch:
+		s.queueInsertBatch(b, o.Inserts, r)
+	case storekit.OpPromote:
+		s.queuePromote(b, o, r)
 	case storekit.OpMarkInFlight:
 		b.Queue(`UPDATE jobs SET status = 'in_flight', dispatched_at = $2, updated_at = $2, owner = $3
 			WHERE id = $1 AND status IN ('queued', 'in_flight')`, string(o.ID), storekit.Millis(o.At), s.opts.Owner)

@@ -15,13 +15,14 @@ import (
 var schema string
 
 // schemaVersion is the PRAGMA user_version schema.sql sets.
-const schemaVersion = 3
+const schemaVersion = 4
 
 // migrations[v] upgrades a version-v database to v+1 inside tx, the
 // transaction of that one step, and sets the new user_version.
 var migrations = map[int]func(ctx context.Context, tx *sql.Tx) error{
 	1: execStep(`ALTER TABLE jobs ADD COLUMN deferrals INTEGER NOT NULL DEFAULT 0; PRAGMA user_version = 2;`),
 	2: migrateTo3,
+	3: execStep(version4),
 }
 
 func execStep(ddl string) func(context.Context, *sql.Tx) error {
@@ -67,6 +68,26 @@ CREATE INDEX jobs_upstream ON jobs (upstream, seq);
 CREATE INDEX jobs_user     ON jobs (user_id, seq);
 CREATE INDEX jobs_tenant   ON jobs (tenant, seq) WHERE tenant != '';
 PRAGMA user_version = 3;
+`
+
+// version4 is what schema version 4 adds to version 3: the job options'
+// columns and the indexes that read them. Existing rows get the columns'
+// defaults (no schedule, no deadline, normal priority, no options), which
+// ADD COLUMN writes into no row. jobs_ready is rebuilt with priority in
+// its key, from the waiting jobs alone (it is partial); jobs_scheduled and
+// jobs_deadline start empty, as no existing row matches their conditions,
+// though building each reads the table once.
+const version4 = `
+ALTER TABLE jobs ADD COLUMN not_before INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN deadline   INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN priority   INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN options    TEXT    NOT NULL DEFAULT '';
+DROP INDEX jobs_ready;
+CREATE INDEX jobs_ready ON jobs (ready_lane, priority, ready_seq) WHERE ready_lane != '';
+CREATE INDEX jobs_scheduled ON jobs (not_before, seq)
+    WHERE ready_lane = '' AND status = 'queued' AND not_before > 0;
+CREATE INDEX jobs_deadline ON jobs (deadline, seq) WHERE deadline > 0 AND status = 'queued';
+PRAGMA user_version = 4;
 `
 
 // migrateTo3 adds the attempt history, the columns the operator's filters

@@ -27,13 +27,14 @@ func (r rowQuery) queryRow(ctx context.Context, tx *sql.Tx, seq int64, id domain
 // the helpers of writeStmts.prepare.
 func (w *writeStmts) prepareOperator(p func(string) *sql.Stmt, row func(string) rowStmt, query func(string) rowQuery) {
 	w.selectJob = query("SELECT " + jobColumns + " FROM jobs")
-	// A retry starts a new attempt cycle: only the request, the seq and the
-	// history are kept. The conditions are domain.Job.Retryable and "not
+	// A retry starts a new attempt cycle: only the request, the seq, the
+	// history and the options but the schedule and the deadline are kept
+	// (an operator's retry runs now). The conditions are domain.Job.Retryable and "not
 	// expired", so that a bulk retry needs no read before it.
 	w.retry = row(`UPDATE jobs SET status = 'queued', attempts = 0, deferrals = 0, response_status = 0,
 		response_body = NULL, response_truncated = 0, response_content_type = '', reason = '',
 		ready_lane = lane, ready_seq = ?, delivery_status = '', delivery_attempts = 0, delivery_response = 0,
-		delivery_reason = '', updated_at = ?, expires_at = ?
+		delivery_reason = '', updated_at = ?, expires_at = ?, not_before = 0, deadline = 0
 		WHERE status IN ('completed', 'failed') AND delivery_status != 'pending' AND (expires_at = 0 OR expires_at > ?)`)
 	// A cancel is a Finish as failed of a job still queued, keeping its
 	// attempts and history.
@@ -78,6 +79,7 @@ func (s *Store) applyRetry(ctx context.Context, tx *sql.Tx, p *ports.RetryParams
 	j.Status, j.Attempts, j.Deferrals, j.Result, j.Delivery = domain.StatusQueued, 0, 0, nil, nil
 	j.ReadyQueue, j.ReadySeq = j.Queue, s.seq
 	j.UpdatedAt, j.ExpiresAt = now, now.Add(domain.QueuedTTL)
+	j.NotBefore, j.Deadline = time.Time{}, time.Time{}
 	return storekit.Result{Job: j}, nil
 }
 

@@ -112,8 +112,14 @@ func TestQueryPlans(t *testing.T) {
 		args    []any
 		want    string
 	}{
-		{"ListReady", listReadySQL, []any{"a.test:80", 1, 1, 100}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND ready_seq>?)"},
-		{"Position", positionSQL, []any{"a.test:80", 1, 1}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND ready_seq<?)"},
+		{"ListReady", listReadySQL, []any{"a.test:80", 0, 1, 1, 100}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND priority=? AND ready_seq>?)"},
+		{"Position", positionSQL, []any{"a.test:80", 1, 1}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND priority=? AND ready_seq<?)"},
+		{"Counts", countsSQL, []any{1},
+			"SCAN jobs USING INDEX jobs_ready\nSCALAR SUBQUERY 1\n  SEARCH jobs USING INDEX jobs_scheduled (not_before>?)"},
+		{"ReadyQueues", readyQueuesSQL, nil, "SCAN jobs USING COVERING INDEX jobs_ready"},
+		{"NextDue", nextDueSQL, nil, "SEARCH jobs USING INDEX jobs_scheduled (not_before>?)"},
+		{"PromoteDue", promoteSQL, []any{1, 100}, "SEARCH jobs USING INDEX jobs_scheduled (not_before>? AND not_before<?)"},
+		{"Overdue", overdueSQL, []any{1, 1, 100}, "SEARCH jobs USING INDEX jobs_deadline (deadline>? AND deadline<?)"},
 		{"CountUnfinished", countUnfinishedSQL, []any{"acme\x1f", "acme\x20", 1}, "SEARCH jobs USING INDEX jobs_user (user_id>? AND user_id<?)"},
 	} {
 		got := queryPlan(t, s, tc.q, tc.args)

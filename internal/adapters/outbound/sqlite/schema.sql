@@ -1,4 +1,4 @@
--- Aquifer job store schema (SQLite), version 3. Applied at open when the
+-- Aquifer job store schema (SQLite), version 4. Applied at open when the
 -- database is new; older versions are migrated step by step (migrations in
 -- migrate.go), and a migrated database ends up with exactly this schema
 -- (migrate_test.go checks it). doc.go explains the indexes and shows the
@@ -10,9 +10,10 @@
 -- seq is the row number; ready_lane/ready_seq place the job's next action in
 -- a lane's queue (the upstream's lane while it waits for dispatch, the webhook
 -- receiver's lane while its result waits for delivery; '' when nothing is
--- left to do). The writer assigns seq and ready_seq from one counter in
--- commit order, so lanes can page their queue with "ready_seq > cursor" and
--- never miss a job committed later.
+-- left to do, and while a scheduled job waits for its not_before). The writer
+-- assigns seq and ready_seq from one counter in commit order, so lanes can
+-- page their queue with "ready_seq > cursor" and never miss a job committed
+-- later; a scheduled job gets its ready_seq when PromoteDue makes it ready.
 CREATE TABLE IF NOT EXISTS jobs (
     seq                   INTEGER PRIMARY KEY,
     id                    TEXT    NOT NULL UNIQUE,
@@ -52,16 +53,37 @@ CREATE TABLE IF NOT EXISTS jobs (
     -- which the q filter searches).
     upstream              TEXT    NOT NULL DEFAULT '',
     tenant                TEXT    NOT NULL DEFAULT '',
-    url_path              TEXT    NOT NULL DEFAULT ''
+    url_path              TEXT    NOT NULL DEFAULT '',
+    -- The job's options (domain.JobOptions). not_before and deadline are
+    -- Unix ms, 0 for none; priority is -1 low, 0 normal, 1 high; options is
+    -- the rest (retry policy, timeout, trace context) as
+    -- storekit.EncodeOptions's JSON, '' for none (most jobs).
+    not_before            INTEGER NOT NULL DEFAULT 0,
+    deadline              INTEGER NOT NULL DEFAULT 0,
+    priority              INTEGER NOT NULL DEFAULT 0,
+    options               TEXT    NOT NULL DEFAULT ''
 );
 
 -- Idempotency: a real unique index on the two key columns, not a hash of
 -- their concatenation (which can collide across users).
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency ON jobs (user_id, idempotent_key);
 
--- The queues: what waits in each lane, in commit order. Partial, so finished
--- jobs cost nothing here. Counts and the stale sweep also read through it.
-CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (ready_lane, ready_seq) WHERE ready_lane != '';
+-- The queues: what waits in each lane, one priority at a time, in commit
+-- order. Partial, so finished and scheduled jobs cost nothing here. Counts
+-- and the stale sweep also read through it.
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (ready_lane, priority, ready_seq) WHERE ready_lane != '';
+
+-- Scheduled jobs (queued, in no lane yet, with a not_before), due first:
+-- PromoteDue and NextDue read it. A job leaves it when it is promoted
+-- (ready_lane set) or finished (cancelled); a job that was never scheduled
+-- never enters it.
+CREATE INDEX IF NOT EXISTS jobs_scheduled ON jobs (not_before, seq)
+    WHERE ready_lane = '' AND status = 'queued' AND not_before > 0;
+
+-- Jobs waiting for dispatch with a deadline, earliest first: Overdue reads
+-- it. Only jobs with a deadline are in it, and only while they are queued
+-- (an attempt in flight takes a job out until it is requeued).
+CREATE INDEX IF NOT EXISTS jobs_deadline ON jobs (deadline, seq) WHERE deadline > 0 AND status = 'queued';
 
 -- The operator's listings, newest first: one index per filter that must
 -- find a first page without scanning the table. Only jobs_status changes
@@ -104,4 +126,4 @@ CREATE TABLE IF NOT EXISTS lane_pauses (
     reason   TEXT    NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 
-PRAGMA user_version = 3;
+PRAGMA user_version = 4;

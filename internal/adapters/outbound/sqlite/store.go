@@ -342,16 +342,20 @@ func (s *Store) Position(ctx context.Context, lane domain.QueueKey, readySeq int
 
 // ListReady implements ports.JobStore.
 func (s *Store) ListReady(ctx context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
-	rows, err := s.reads.listReady.QueryContext(ctx, string(p.Queue), p.AfterSeq, storekit.Millis(p.Now), p.Limit)
+	rows, err := s.reads.listReady.QueryContext(ctx, string(p.Queue), int(p.Priority), p.AfterSeq, storekit.Millis(p.Now), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list ready jobs: %w", err)
 	}
 	return collect(rows)
 }
 
+// readyQueuesSQL lists the lanes with a job in jobs_ready (scheduled jobs
+// are in none).
+const readyQueuesSQL = "SELECT DISTINCT ready_lane FROM jobs WHERE ready_lane != ''"
+
 // ReadyQueues implements ports.JobStore.
 func (s *Store) ReadyQueues(ctx context.Context) ([]domain.QueueKey, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT DISTINCT ready_lane FROM jobs WHERE ready_lane != ''")
+	rows, err := s.rdb.QueryContext(ctx, readyQueuesSQL)
 	if err != nil {
 		return nil, fmt.Errorf("ready lanes: %w", err)
 	}
@@ -367,12 +371,20 @@ func (s *Store) ReadyQueues(ctx context.Context) ([]domain.QueueKey, error) {
 	return lanes, rows.Err()
 }
 
-// Counts implements ports.JobStore.
+// countsSQL counts the jobs waiting in lanes (jobs_ready) and, as queued
+// too, the scheduled ones (jobs_scheduled), each from its partial index
+// and the rows in it (TestQueryPlans; INDEXED BY as in the scheduler's
+// reads).
+const countsSQL = `SELECT
+	coalesce(sum(status = 'queued'), 0) + (SELECT count(*) FROM jobs INDEXED BY jobs_scheduled
+		WHERE ready_lane = '' AND status = 'queued' AND not_before > 0 AND expires_at > ?1),
+	coalesce(sum(status = 'in_flight'), 0), coalesce(sum(delivery_status = 'pending'), 0)
+	FROM jobs WHERE ready_lane != '' AND expires_at > ?1`
+
+// Counts implements ports.JobStore. Scheduled jobs count as queued.
 func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
 	var c ports.Counts
-	err := s.rdb.QueryRowContext(ctx, `SELECT
-		coalesce(sum(status = 'queued'), 0), coalesce(sum(status = 'in_flight'), 0), coalesce(sum(delivery_status = 'pending'), 0)
-		FROM jobs WHERE ready_lane != '' AND expires_at > ?`, storekit.Millis(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
+	err := s.rdb.QueryRowContext(ctx, countsSQL, storekit.Millis(time.Now())).Scan(&c.Queued, &c.InFlight, &c.Deliveries)
 	if err != nil {
 		return c, fmt.Errorf("count jobs: %w", err)
 	}
@@ -411,17 +423,68 @@ func (s *Store) SizeBytes(ctx context.Context) (int64, error) {
 // jobs_ready only for a query that states the index's condition (a
 // ready_lane that is not empty) word for word: "ready_lane = ?" alone does
 // not prove it, and the plan would scan the table (TestQueryPlans).
+// ListReady reads one priority's range of the lane; Position counts the
+// jobs ahead in all three ranges (the IN list makes it three range reads,
+// where leaving priority out would read the lane's whole queue), which is
+// why Insert stores no priority but the three.
 const (
-	positionSQL = `SELECT count(*) FROM jobs WHERE ready_lane = ? AND ready_lane != '' AND ready_seq < ?
-		AND status != 'in_flight' AND expires_at > ?`
-	listReadySQL = "SELECT " + jobColumns + ` FROM jobs WHERE ready_lane = ? AND ready_lane != '' AND ready_seq > ?
-		AND status != 'in_flight' AND expires_at > ? ORDER BY ready_seq LIMIT ?`
+	positionSQL = `SELECT count(*) FROM jobs WHERE ready_lane = ? AND ready_lane != '' AND priority IN (1, 0, -1)
+		AND ready_seq < ? AND status != 'in_flight' AND expires_at > ?`
+	listReadySQL = "SELECT " + jobColumns + ` FROM jobs WHERE ready_lane = ? AND ready_lane != '' AND priority = ?
+		AND ready_seq > ? AND status != 'in_flight' AND expires_at > ? ORDER BY ready_seq LIMIT ?`
 )
+
+// The scheduler's reads. Each repeats its partial index's condition word
+// for word, as the lanes' reads do, so that SQLite knows the index holds
+// every row asked for, and names the index: without statistics SQLite
+// prefers the equality on status and would read every queued job through
+// jobs_status, then sort them (INDEXED BY also makes a query that cannot
+// use its index fail to prepare, at Open, instead of scanning). promoteSQL
+// runs in the writer's transaction (PromoteDue); nextDueSQL reads
+// jobs_scheduled alone (TestQueryPlans).
+const (
+	nextDueSQL = `SELECT not_before FROM jobs INDEXED BY jobs_scheduled
+		WHERE ready_lane = '' AND status = 'queued' AND not_before > 0 ORDER BY not_before LIMIT 1`
+	promoteSQL = "SELECT " + jobColumns + ` FROM jobs INDEXED BY jobs_scheduled
+		WHERE ready_lane = '' AND status = 'queued' AND not_before > 0 AND not_before <= ?
+		ORDER BY not_before, seq LIMIT ?`
+	overdueSQL = "SELECT " + jobColumns + ` FROM jobs INDEXED BY jobs_deadline
+		WHERE deadline > 0 AND status = 'queued' AND deadline <= ? AND (expires_at = 0 OR expires_at > ?)
+		ORDER BY deadline, seq LIMIT ?`
+)
+
+// NextDue implements ports.ScheduleStore: the first entry of
+// jobs_scheduled, or the zero time when it is empty.
+func (s *Store) NextDue(ctx context.Context) (time.Time, error) {
+	var next int64
+	switch err := s.reads.nextDue.QueryRowContext(ctx).Scan(&next); {
+	case errors.Is(err, sql.ErrNoRows):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, fmt.Errorf("next due job: %w", err)
+	}
+	return storekit.FromMillis(next), nil
+}
+
+// Overdue implements ports.ScheduleStore: the start of jobs_deadline, up to
+// p.Now. It only reads; the caller fails the jobs it finds through Finish,
+// which re-checks that each is still queued.
+func (s *Store) Overdue(ctx context.Context, p *ports.OverdueParams) ([]*domain.Job, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	now := storekit.Millis(p.Now)
+	rows, err := s.reads.overdue.QueryContext(ctx, now, now, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list overdue jobs: %w", err)
+	}
+	return collect(rows)
+}
 
 // readStmts are prepared once; database/sql re-prepares them lazily on each
 // pooled connection, so reads never re-parse SQL.
 type readStmts struct {
-	get, lookup, listReady, position *sql.Stmt
+	get, lookup, listReady, position, nextDue, overdue *sql.Stmt
 }
 
 func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -436,6 +499,12 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
 	if r.listReady, err = db.PrepareContext(ctx, listReadySQL); err != nil {
+		return fmt.Errorf("prepare sqlite reads: %w", err)
+	}
+	if r.nextDue, err = db.PrepareContext(ctx, nextDueSQL); err != nil {
+		return fmt.Errorf("prepare sqlite reads: %w", err)
+	}
+	if r.overdue, err = db.PrepareContext(ctx, overdueSQL); err != nil {
 		return fmt.Errorf("prepare sqlite reads: %w", err)
 	}
 	return nil

@@ -34,6 +34,9 @@ type writeStmts struct {
 	insert, selectByKey, deleteBySeq, deleteByID, purge, deleteFinished, resetStale, statusOf *sql.Stmt
 	markInFlight, requeue, requeueDelivery, finish, finishDelivery                            rowStmt
 
+	// PromoteDue's: the due scheduled jobs, and making one ready.
+	selectDue, promote *sql.Stmt
+
 	// The operator's writes (operator_writer.go).
 	selectJob                          rowQuery
 	retry, cancel                      rowStmt
@@ -57,8 +60,8 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	}
 	w.insert = p(`INSERT INTO jobs (seq, id, user_id, idempotent_key, url, pool_id, method, headers, body,
 		webhook_url, lane, status, attempts, created_at, updated_at, expires_at, ready_lane, ready_seq,
-		history, upstream, tenant, url_path)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		history, upstream, tenant, url_path, not_before, deadline, priority, options)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (user_id, idempotent_key) DO NOTHING`)
 	w.selectByKey = p("SELECT " + jobColumns + " FROM jobs WHERE user_id = ? AND idempotent_key = ?")
 	w.deleteBySeq = p("DELETE FROM jobs WHERE seq = ?")
@@ -82,6 +85,11 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		delivery_reason = ?, updated_at = ?, ready_lane = '',
 		expires_at = ? + CASE status WHEN 'completed' THEN ? ELSE ? END
 		WHERE delivery_status = 'pending'`)
+	w.selectDue = p(promoteSQL)
+	// The conditions are jobs_scheduled's: a job that is no longer
+	// scheduled is left alone.
+	w.promote = p(`UPDATE jobs SET ready_lane = lane, ready_seq = ?
+		WHERE seq = ? AND ready_lane = '' AND status = 'queued' AND not_before > 0`)
 	w.prepareOperator(p, row, func(q string) rowQuery {
 		return rowQuery{byID: p(q + " WHERE id = ?"), bySeq: p(q + " WHERE seq = ? AND id = ?")}
 	})
@@ -150,6 +158,22 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit
 	case storekit.OpInsert:
 		j, fresh, err := s.insert(ctx, tx, o.Job)
 		return storekit.Result{Job: j, Fresh: fresh}, err
+	case storekit.OpInsertBatch:
+		// In order, in this transaction: the unique index sees the
+		// batch's earlier rows, so a later duplicate is answered with
+		// the earlier job.
+		out := make([]ports.InsertOutcome, len(o.Inserts))
+		for i, job := range o.Inserts {
+			j, fresh, err := s.insert(ctx, tx, job)
+			if err != nil {
+				return storekit.Result{}, err
+			}
+			out[i] = ports.InsertOutcome{Job: j, Fresh: fresh}
+		}
+		return storekit.Result{Batch: out}, nil
+	case storekit.OpPromote:
+		jobs, err := s.promoteDue(ctx, tx, o.At, o.Limit)
+		return storekit.Result{Jobs: jobs}, err
 	case storekit.OpDelete:
 		res, err := tx.StmtContext(ctx, s.stmts.deleteByID).ExecContext(ctx, string(o.ID))
 		if err != nil {
@@ -260,7 +284,9 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit
 
 // insert is the atomic insert-if-absent. The unique index decides; when it
 // reports a conflict the existing row is returned, unless it has expired, in
-// which case it is replaced (an expired row must not block its key).
+// which case it is replaced (an expired row must not block its key). A job
+// in no ready queue (a scheduled one) gets no ready_seq: PromoteDue gives
+// it one when it is due.
 func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.Job, bool, error) {
 	headers, err := storekit.EncodeHeaders(j.Headers)
 	if err != nil {
@@ -270,20 +296,32 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 	if err != nil {
 		return nil, false, err
 	}
+	options, err := storekit.EncodeOptions(&j.JobOptions)
+	if err != nil {
+		return nil, false, err
+	}
 	d := derive(j.Queue, j.UserID, j.URL)
+	// Position reads the three priorities' ranges of jobs_ready, and lanes
+	// list only them: a priority outside them is stored as the nearest.
+	priority := domain.Priorities[j.Priority.Class()]
 	for range 2 {
 		seq := s.seq + 1
+		readySeq := seq
+		if j.ReadyQueue == "" {
+			readySeq = 0
+		}
 		res, err := tx.StmtContext(ctx, s.stmts.insert).ExecContext(ctx,
 			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, headers, nullBytes(j.Body),
 			j.WebhookURL, string(j.Queue), string(j.Status), j.Attempts, storekit.Millis(j.CreatedAt), storekit.Millis(j.UpdatedAt),
-			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), seq, history, d.upstream, d.tenant, d.urlPath)
+			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), readySeq, history, d.upstream, d.tenant, d.urlPath,
+			storekit.Millis(j.NotBefore), storekit.Millis(j.Deadline), int(priority), options)
 		if err != nil {
 			return nil, false, fmt.Errorf("insert job: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			s.seq = seq
 			stored := *j // shallow: the caller does not mutate a job after handing it over
-			stored.Seq, stored.ReadySeq = seq, seq
+			stored.Seq, stored.ReadySeq, stored.Priority = seq, readySeq, priority
 			return &stored, true, nil
 		}
 		existing, err := scanJob(tx.StmtContext(ctx, s.stmts.selectByKey).QueryRowContext(ctx, j.UserID, j.IdempotentKey))
@@ -298,6 +336,37 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 		}
 	}
 	return nil, false, errors.New("insert job: conflict persisted after replacing expired row")
+}
+
+// promoteDue makes up to limit scheduled jobs due at now ready in their
+// queues, in (not_before, seq) order, each with the next ready_seq. The due
+// rows are read whole before the first update (an update must not move
+// rows under an open scan of the index it changes), and each update
+// re-checks that its job is still scheduled, so none is promoted twice.
+func (s *Store) promoteDue(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]*domain.Job, error) {
+	rows, err := tx.StmtContext(ctx, s.stmts.selectDue).QueryContext(ctx, storekit.Millis(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("find due jobs: %w", err)
+	}
+	due, err := collect(rows)
+	if err != nil {
+		return nil, fmt.Errorf("find due jobs: %w", err)
+	}
+	st := tx.StmtContext(ctx, s.stmts.promote)
+	out := due[:0]
+	for _, j := range due {
+		readySeq := s.seq + 1
+		res, err := st.ExecContext(ctx, readySeq, j.Seq)
+		if err != nil {
+			return nil, fmt.Errorf("promote due job: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			s.seq = readySeq
+			j.ReadyQueue, j.ReadySeq = j.Queue, readySeq
+			out = append(out, j)
+		}
+	}
+	return out, nil
 }
 
 // applyFinish records the terminal status and, for a job with a webhook,
