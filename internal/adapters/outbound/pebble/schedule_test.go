@@ -102,3 +102,34 @@ func TestScheduleReadsDoNotScan(t *testing.T) {
 		t.Fatal("ListReady of the normal range read no spoilt record")
 	}
 }
+
+// TestPriorityOutsideTheThree: a job's priority is stored as the nearest of
+// the three that ListReady lists and Position counts, so that no job waits
+// where nothing reads (as in the other stores).
+func TestPriorityOutsideTheThree(t *testing.T) {
+	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	for _, tc := range []struct {
+		p, want domain.Priority
+	}{{5, domain.PriorityHigh}, {-3, domain.PriorityLow}} {
+		j := domain.NewJob(domain.NewIDGenerator(nil).New(), &domain.JobRequest{UserID: "u", IdempotentKey: fmt.Sprint("odd", int(tc.p)),
+			Method: "GET", URL: "http://a.test/x"}, "a.test:80", time.Now())
+		j.Priority = tc.p
+		stored, _, err := s.Insert(ctx, j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Priority != tc.want {
+			t.Fatalf("Insert's job has priority %d, want %s", stored.Priority, tc.want)
+		}
+		js, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: "a.test:80", Priority: tc.want, Limit: 10, Now: time.Now()})
+		if err != nil || len(js) != 1 || js[0].ID != j.ID {
+			t.Fatalf("ListReady(%s) = %v, %v", tc.want, js, err)
+		}
+	}
+	checkIndexes(t, s)
+}

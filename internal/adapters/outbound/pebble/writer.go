@@ -523,6 +523,10 @@ func (s *Store) insert(w *wbatch, j *domain.Job) (storekit.Result, error) {
 	// unique (time-ordered, strictly increasing, 80 random bits).
 	stored := *j // shallow: the caller does not mutate a job after handing it over
 	stored.Seq, stored.ReadySeq = s.seq+1, s.seq+1
+	// A priority outside the three (the app never makes one) is stored as
+	// the nearest, so that no job waits in a range nothing reads; the
+	// sqlite and postgres stores do the same.
+	stored.Priority = domain.Priorities[stored.Priority.Class()]
 	if stored.ReadyQueue == "" {
 		stored.ReadySeq = 0 // scheduled: in no lane until PromoteDue makes it ready
 	}
