@@ -191,8 +191,12 @@
 // r/ set, the record); a job with a deadline writes one d/ entry at insert
 // and single-deletes it when it finishes. In the record, a priority alone
 // costs 3 bytes, a NotBefore or a Deadline about 6 more each; the retry
-// policy, timeout and trace context their size plus 6. InsertBatch writes what its inserts do, in
-// one commit.
+// policy, timeout and trace context their size plus 6. InsertBatch
+// writes what its inserts do, in one commit. Measured against layout 3
+// (BenchmarkInsertParallel and BenchmarkLifecycle, the two builds run in
+// turns on the shared two-core machine), plain jobs cost the same within
+// the runs' spread: 27–34 µs of wall time and 22–35 µs of CPU per insert
+// either way, 73–170 µs and 61–104 µs per lifecycle.
 //
 // # Listing and counting
 //
