@@ -269,14 +269,20 @@ var Settings = []Setting{
 		apply: func(c *Config, v string) (err error) { c.FailedRetention, err = parseDuration(v); return }},
 	// Job options (docs/API.md, "Job options").
 	{Key: "jobs.max_delay", Env: "AQUIFER_JOB_MAX_DELAY", Default: "720h",
-		Doc:   "How far ahead a job may be scheduled (not_before, delay_seconds; max_wait_seconds too). A deadline may be up to twice this ahead. At most 8760h (a year).",
-		apply: func(c *Config, v string) (err error) { c.JobMaxDelay, err = parseDurationMax(v, 365*24*time.Hour); return }},
+		Doc: "How far ahead a job may be scheduled (not_before, delay_seconds; max_wait_seconds too). A deadline may be up to twice this ahead. At most 8760h (a year).",
+		apply: func(c *Config, v string) (err error) {
+			c.JobMaxDelay, err = parseDurationMax(v, 365*24*time.Hour)
+			return
+		}},
 	{Key: "jobs.max_attempts", Env: "AQUIFER_JOB_MAX_ATTEMPTS", Default: "25",
 		Doc:   "The most attempts a job's own retry policy (retry.max_attempts) may ask for, 1 to 1000.",
 		apply: func(c *Config, v string) (err error) { c.JobMaxAttempts, err = parseInt(v, 1, 1000); return }},
 	{Key: "jobs.max_backoff", Env: "AQUIFER_JOB_MAX_BACKOFF", Default: "6h",
-		Doc:   "The longest wait between attempts a job's retry policy (retry.backoff_seconds, retry.max_backoff_seconds) may ask for. At most 24h.",
-		apply: func(c *Config, v string) (err error) { c.JobMaxBackoff, err = parseDurationMax(v, 24*time.Hour); return }},
+		Doc: "The longest wait between attempts a job's retry policy (retry.backoff_seconds, retry.max_backoff_seconds) may ask for. At most 24h.",
+		apply: func(c *Config, v string) (err error) {
+			c.JobMaxBackoff, err = parseDurationMax(v, 24*time.Hour)
+			return
+		}},
 	{Key: "jobs.max_timeout", Env: "AQUIFER_JOB_MAX_TIMEOUT", Default: "10m",
 		Doc:   "The longest per-attempt timeout a job (timeout_seconds) may ask for. At most 1h.",
 		apply: func(c *Config, v string) (err error) { c.JobMaxTimeout, err = parseDurationMax(v, time.Hour); return }},

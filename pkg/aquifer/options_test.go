@@ -39,8 +39,8 @@ func TestEnqueueBatchAndJobBounds(t *testing.T) {
 	items, err := aq.EnqueueBatch(ctx, []*aquifer.JobRequest{
 		job("a", aquifer.OptionsRequest{Priority: aquifer.PriorityLow.String()}),
 		job("b", aquifer.OptionsRequest{Retry: &aquifer.RetryRequest{MaxAttempts: &four}}), // over JobBounds.MaxAttempts
-		job("c", aquifer.OptionsRequest{DelaySeconds: &delay}),                              // over JobBounds.MaxDelay
-		job("a", aquifer.OptionsRequest{}),                                                  // duplicate of the first
+		job("c", aquifer.OptionsRequest{DelaySeconds: &delay}),                             // over JobBounds.MaxDelay
+		job("a", aquifer.OptionsRequest{}),                                                 // duplicate of the first
 	})
 	if err != nil {
 		t.Fatalf("EnqueueBatch: %v", err)
