@@ -52,7 +52,7 @@ type mcpOnce struct {
 func (m *mcpOnce) get(aq *aquifer.Aquifer) *mcpadapter.Server {
 	m.once.Do(func() {
 		m.srv = mcpadapter.New(aq.Service(), mcpadapter.Options{Version: Version, MaxBodyBytes: m.cfg.MaxBodyBytes,
-			Logger: aq.Logger()})
+			MaxBatchBytes: maxBatchBytes(m.cfg.MaxBatchBytes), Logger: aq.Logger()})
 	})
 	return m.srv
 }
