@@ -70,6 +70,12 @@ func TestPostJobOptionsShownInView(t *testing.T) {
 	if err != nil || nb.Before(before.Add(599*time.Second)) || nb.After(time.Now().Add(601*time.Second)) || m["scheduled"] != true || m["priority"] != "low" {
 		t.Fatalf("delayed job view %s: want not_before about 600s ahead, scheduled, low", raw)
 	}
+
+	// A scheduled job can be cancelled while it waits.
+	resp, b := e.request(t, http.MethodDelete, "/jobs/"+id, nil)
+	if resp.StatusCode != http.StatusOK || decodeObject(t, b)["status"] != "failed" {
+		t.Fatalf("DELETE of a scheduled job: %d %s", resp.StatusCode, b)
+	}
 }
 
 // TestPostJobWithoutOptions checks a plain job's view: priority normal, no
