@@ -1,66 +1,66 @@
 package aquifer_test
 
 import (
-	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aquiferhq/aquifer/pkg/aquifer"
 )
 
-// TestEnqueueBatchAndJobBounds checks EnqueueBatch through the facade (one
-// answer per request, in order: created, invalid, duplicate) and that
-// Options.JobBounds reach the core.
-func TestEnqueueBatchAndJobBounds(t *testing.T) {
-	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	defer dest.Close()
-	aq, err := aquifer.New(aquifer.Options{Store: aquifer.NewMemoryStore(), CloseStore: true,
-		JobBounds: aquifer.OptionBounds{MaxAttempts: 3, MaxDelay: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := aq.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer aq.Stop(ctx)
-
-	four, delay := 4, 7200.0
-	notBefore, err := aquifer.ParseTime("not_before", "1900000000000")
-	if err != nil || notBefore.UnixMilli() != 1900000000000 {
-		t.Fatalf("ParseTime = %v, %v", notBefore, err)
-	}
-	job := func(key string, o aquifer.OptionsRequest) *aquifer.JobRequest {
-		return &aquifer.JobRequest{UserID: "u", IdempotentKey: key, URL: dest.URL + "/" + key, Options: o}
-	}
-	items, err := aq.EnqueueBatch(ctx, []*aquifer.JobRequest{
-		job("a", aquifer.OptionsRequest{Priority: aquifer.PriorityLow.String()}),
-		job("b", aquifer.OptionsRequest{Retry: &aquifer.RetryRequest{MaxAttempts: &four}}), // over JobBounds.MaxAttempts
-		job("c", aquifer.OptionsRequest{DelaySeconds: &delay}),                             // over JobBounds.MaxDelay
-		job("a", aquifer.OptionsRequest{}),                                                 // duplicate of the first
+// TestNewChecksTenants: the facade runs the one tenant check (the one the
+// daemon's YAML tenants pass too) and names each finding by its Options
+// field.
+func TestNewChecksTenants(t *testing.T) {
+	t.Parallel()
+	key := strings.Repeat("ab", 32)
+	_, err := aquifer.New(aquifer.Options{
+		Store: aquifer.NewMemoryStore(),
+		Tenants: []aquifer.Tenant{
+			{Name: "a", KeySHA256: key},
+			{Name: "b\x1fc"},
+			{Name: "d", KeySHA256: strings.ToUpper(key)},
+			{Name: "e", MaxQueued: -1},
+			{Name: "f", Rates: map[string]aquifer.Rate{"x.test": {RPS: 0.1, MaxConcurrent: 1}}},
+			{Name: "g", Destinations: aquifer.DestinationRules{Allow: []string{"not a host!"}}},
+			{Name: "h", WebhookSecrets: []aquifer.WebhookSecret{{}}},
+		},
 	})
-	if err != nil {
-		t.Fatalf("EnqueueBatch: %v", err)
+	if err == nil {
+		t.Fatal("New accepted bad tenants")
 	}
-	if len(items) != 4 || items[0].Err != nil || items[0].Result.Duplicate ||
-		aquifer.ErrorField(items[1].Err) != "retry.max_attempts" || aquifer.ErrorField(items[2].Err) != "delay_seconds" ||
-		items[3].Err != nil || !items[3].Result.Duplicate || items[3].Result.JobID != items[0].Result.JobID {
-		t.Fatalf("EnqueueBatch items = %+v", items)
+	for _, want := range []string{
+		"aquifer: Tenants[1]: Name must be 1–64 letters",
+		`aquifer: Tenants[2]: KeySHA256 must be unique: the same key as tenant "a"`,
+		"aquifer: Tenants[3]: MaxQueued must be 0 (no cap) or more",
+		"aquifer: Tenants[4]: Rates are invalid: upstreams.x.test: rps must be",
+		"aquifer: Tenants[5]: Destinations are invalid:",
+		"aquifer: Tenants[6].WebhookSecrets[0]: a webhook secret is empty",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
 	}
-	j, err := aq.Wait(ctx, items[0].Result.JobID)
-	if err != nil || j.Priority != aquifer.PriorityLow || j.Status != aquifer.StatusCompleted {
-		t.Fatalf("batch job = %+v, %v", j, err)
-	}
+}
 
-	// More than MaxBatch is refused as a whole.
-	many := make([]*aquifer.JobRequest, aquifer.MaxBatch+1)
-	for i := range many {
-		many[i] = job("m", aquifer.OptionsRequest{})
+func TestNewNamesTheL8KeyOption(t *testing.T) {
+	t.Parallel()
+	_, err := aquifer.New(aquifer.Options{Store: aquifer.NewMemoryStore(), L8: aquifer.L8Options{PrivateKey: make([]byte, 12)}})
+	if err == nil || !strings.Contains(err.Error(), "aquifer: L8.PrivateKey holds 12 bytes, want 64") {
+		t.Fatalf("a 12-byte key: %v", err)
 	}
-	if _, err := aq.EnqueueBatch(ctx, many); aquifer.ErrorCode(err) != aquifer.CodeInvalid || !strings.Contains(err.Error(), "at most") {
-		t.Fatalf("EnqueueBatch of %d: %v", len(many), err)
+}
+
+func TestWebhookSecrets(t *testing.T) {
+	t.Parallel()
+	if aquifer.WebhookSecrets() != nil {
+		t.Error("no secrets are not nil")
+	}
+	good, _ := aquifer.NewWebhookSecret()
+	ss := aquifer.WebhookSecrets(good, "nope")
+	if len(ss) != 2 || ss[0].Check() != nil || ss[1].Check() == nil {
+		t.Fatalf("WebhookSecrets(good, bad): %v, %v", ss[0].Check(), ss[1].Check())
+	}
+	if out := strings.Join([]string{ss[0].String(), ss[1].String()}, " "); strings.Contains(out, strings.TrimPrefix(good, "whsec_")) {
+		t.Errorf("a secret prints: %s", out)
 	}
 }
