@@ -52,7 +52,7 @@ type mcpOnce struct {
 func (m *mcpOnce) get(aq *aquifer.Aquifer) *mcpadapter.Server {
 	m.once.Do(func() {
 		m.srv = mcpadapter.New(aq.Service(), mcpadapter.Options{Version: Version, MaxBodyBytes: m.cfg.MaxBodyBytes,
-			Logger: aq.Logger()})
+			MaxBatchBytes: maxBatchBytes(m.cfg.MaxBatchBytes), Logger: aq.Logger()})
 	})
 	return m.srv
 }
@@ -105,8 +105,8 @@ func (w *webDoor) Start(ctx context.Context, aq *aquifer.Aquifer) error {
 	}
 	cfg, log, svc := w.cfg, aq.Logger(), aq.Service()
 	auth := aq.Auth()
-	api := httpapi.New(svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, PoolToken: cfg.PoolToken, Logger: log,
-		HealthOnly: !cfg.HasAdapter("http"), Auth: auth})
+	api := httpapi.New(svc, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, MaxBatchBytes: maxBatchBytes(cfg.MaxBatchBytes),
+		PoolToken: cfg.PoolToken, Logger: log, HealthOnly: !cfg.HasAdapter("http"), Auth: auth})
 	mux := api.Router()
 	if w.metrics != nil {
 		mux.Get("/metrics", w.metrics.Handler().ServeHTTP)

@@ -48,7 +48,9 @@ tenants:
 			"AQUIFER_MAX_RESPONSE_BYTES": "2000", "AQUIFER_LANE_WINDOW": "17", "AQUIFER_MEMORY_LIMIT_MB": "300",
 			"AQUIFER_DB_MAX_BYTES": "4000", "AQUIFER_RETRY_AFTER_SECONDS": "9", "AQUIFER_OUTAGE_FAILURE_THRESHOLD": "4",
 			"AQUIFER_OUTAGE_PROBE_INTERVAL": "2s", "AQUIFER_OUTAGE_MAX_PROBE_INTERVAL": "1m", "AQUIFER_MAX_OUTAGE_HOLD": "1h",
-			"AQUIFER_FAILED_RETENTION":     "36h",
+			"AQUIFER_FAILED_RETENTION": "36h",
+			"AQUIFER_JOB_MAX_DELAY":    "48h", "AQUIFER_JOB_MAX_ATTEMPTS": "8", "AQUIFER_JOB_MAX_BACKOFF": "1h",
+			"AQUIFER_JOB_MAX_TIMEOUT": "2m", "AQUIFER_PRIORITY_AGING": "15s", "AQUIFER_MAX_BATCH_BYTES": "5000",
 			"AQUIFER_PROXY_DIRECT_TIMEOUT": "4s", "AQUIFER_PROXY_BREAKER_MULTIPLIER": "2", "AQUIFER_PROXY_BREAKER_COOLDOWN": "6s",
 			"AQUIFER_PROXY_ORCA_THRESHOLD": "0.5", "AQUIFER_DRAIN_ENABLED": "true", "AQUIFER_DRAIN_WEBHOOK_URL": "http://127.0.0.1:1/d",
 			"AQUIFER_DRAIN_TIMER_SECONDS": "11", "AQUIFER_DRAIN_PAGE_SIZE": "12", "AQUIFER_L8_MISS_TTL": "3m",
@@ -66,6 +68,9 @@ tenants:
 		MaxResponseBytes: 2000,
 		LaneWindow:       17,
 		FailedRetention:  36 * time.Hour,
+		JobBounds:        aquifer.OptionBounds{MaxDelay: 48 * time.Hour, MaxAttempts: 8, MaxBackoff: time.Hour, MaxTimeout: 2 * time.Minute},
+		PriorityAging:    15 * time.Second,
+		MaxBatchBytes:    5000,
 		Admission:        aquifer.AdmissionLimits{MemoryLimitMB: 300, DBMaxBytes: 4000, RetryAfter: 9 * time.Second},
 		Destinations:     cfg.Destinations,
 		L8:               aquifer.L8Options{PrivateKey: priv, KeyPath: filepath.Join(dir, "l8.key"), TrustDir: filepath.Join(dir, "l8-trust"), MissTTL: 3 * time.Minute},
@@ -90,6 +95,21 @@ tenants:
 		if f := v.Type().Field(i).Name; !notSettings[f] && v.Field(i).IsZero() {
 			t.Errorf("Options.%s is not set from the configuration", f)
 		}
+	}
+}
+
+// TestOptionsMaxBatchBytesZeroIsNoLimit checks AQUIFER_MAX_BATCH_BYTES=0
+// (no limit) becomes the facade's "none" (negative), not its default.
+func TestOptionsMaxBatchBytesZeroIsNoLimit(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(func(k string) (string, bool) {
+		return map[string]string{"AQUIFER_MAX_BATCH_BYTES": "0"}[k], k == "AQUIFER_MAX_BATCH_BYTES"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := options(cfg); o.MaxBatchBytes >= 0 {
+		t.Fatalf("AQUIFER_MAX_BATCH_BYTES=0: Options.MaxBatchBytes = %d, want negative (no limit)", o.MaxBatchBytes)
 	}
 }
 

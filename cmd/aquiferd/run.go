@@ -180,7 +180,11 @@ func options(cfg *config.Config) aquifer.Options {
 		MaxResponseBytes: cfg.MaxResponseBytes,
 		LaneWindow:       cfg.LaneWindow,
 		FailedRetention:  cfg.FailedRetention,
-		Outage:           outage,
+		JobBounds: aquifer.OptionBounds{MaxDelay: cfg.JobMaxDelay, MaxAttempts: cfg.JobMaxAttempts,
+			MaxBackoff: cfg.JobMaxBackoff, MaxTimeout: cfg.JobMaxTimeout},
+		PriorityAging: cfg.PriorityAging,
+		MaxBatchBytes: maxBatchBytes(cfg.MaxBatchBytes),
+		Outage:        outage,
 		Admission: aquifer.AdmissionLimits{MemoryLimitMB: cfg.MemoryLimitMB, DBMaxBytes: cfg.DBMaxBytes,
 			RetryAfter: cfg.RetryAfter},
 		Destinations:   cfg.Destinations,
@@ -192,6 +196,15 @@ func options(cfg *config.Config) aquifer.Options {
 		Drain: aquifer.DrainOptions{Enabled: cfg.DrainEnabled, WebhookURL: cfg.DrainWebhookURL, Idle: cfg.DrainIdle,
 			PageSize: cfg.DrainPageSize},
 	}
+}
+
+// maxBatchBytes is AQUIFER_MAX_BATCH_BYTES as the facade takes it: there 0
+// is the default and a negative value no limit; the setting's 0 is none.
+func maxBatchBytes(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 func (d *daemon) serve(ctx context.Context) error {

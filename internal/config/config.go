@@ -97,6 +97,17 @@ type Config struct {
 	// FailedRetention is how long failed jobs (the dead-letter set) are
 	// kept for operators to find and retry.
 	FailedRetention time.Duration
+
+	// Job options: how far ahead a job may be scheduled, the most attempts,
+	// the longest backoff and the longest timeout a job may ask for; how
+	// much earlier a job of a higher priority counts as having arrived; the
+	// body limit of POST /jobs/batch.
+	JobMaxDelay    time.Duration
+	JobMaxAttempts int
+	JobMaxBackoff  time.Duration
+	JobMaxTimeout  time.Duration
+	PriorityAging  time.Duration
+	MaxBatchBytes  int64
 	// LogLevel is debug, info, warn or error; LogFormat is json or console.
 	LogLevel  string
 	LogFormat string
@@ -264,6 +275,31 @@ var Settings = []Setting{
 	{Key: "dispatch.failed_retention", Env: "AQUIFER_FAILED_RETENTION", Default: "2h",
 		Doc:   "How long a failed job (retries spent, cancelled, or held past max_outage_hold) is kept once nothing is left to do for it: the dead-letter set operators list (GET /jobs?status=failed) and retry. Completed jobs are kept 30m.",
 		apply: func(c *Config, v string) (err error) { c.FailedRetention, err = parseDuration(v); return }},
+	// Job options (docs/API.md, "Job options").
+	{Key: "jobs.max_delay", Env: "AQUIFER_JOB_MAX_DELAY", Default: "720h",
+		Doc: "How far ahead a job may be scheduled (not_before, delay_seconds; max_wait_seconds too). A deadline may be up to twice this ahead. At most 8760h (a year).",
+		apply: func(c *Config, v string) (err error) {
+			c.JobMaxDelay, err = parseDurationMax(v, 365*24*time.Hour)
+			return
+		}},
+	{Key: "jobs.max_attempts", Env: "AQUIFER_JOB_MAX_ATTEMPTS", Default: "25",
+		Doc:   "The most attempts a job's own retry policy (retry.max_attempts) may ask for, 1 to 1000.",
+		apply: func(c *Config, v string) (err error) { c.JobMaxAttempts, err = parseInt(v, 1, 1000); return }},
+	{Key: "jobs.max_backoff", Env: "AQUIFER_JOB_MAX_BACKOFF", Default: "6h",
+		Doc: "The longest wait between attempts a job's retry policy (retry.backoff_seconds, retry.max_backoff_seconds) may ask for. At most 24h.",
+		apply: func(c *Config, v string) (err error) {
+			c.JobMaxBackoff, err = parseDurationMax(v, 24*time.Hour)
+			return
+		}},
+	{Key: "jobs.max_timeout", Env: "AQUIFER_JOB_MAX_TIMEOUT", Default: "10m",
+		Doc:   "The longest per-attempt timeout a job (timeout_seconds) may ask for. At most 1h.",
+		apply: func(c *Config, v string) (err error) { c.JobMaxTimeout, err = parseDurationMax(v, time.Hour); return }},
+	{Key: "dispatch.priority_aging", Env: "AQUIFER_PRIORITY_AGING", Default: "60s",
+		Doc:   "Anti-starvation of priorities: a job counts as having arrived this much earlier per priority class above low, so a high job passes normal jobs due less than this before it (low ones: twice this), and no job waits behind higher-priority work longer than that.",
+		apply: func(c *Config, v string) (err error) { c.PriorityAging, err = parseDuration(v); return }},
+	{Key: "limits.max_batch_bytes", Env: "AQUIFER_MAX_BATCH_BYTES", Default: "16777216",
+		Doc:   "Largest accepted body of POST /jobs/batch in bytes (413 above it); each job in it is also limited by AQUIFER_MAX_BODY_BYTES. 0 disables the limit.",
+		apply: func(c *Config, v string) (err error) { c.MaxBatchBytes, err = parseInt64(v, 0); return }},
 	{Key: "shutdown_timeout", Env: "AQUIFER_SHUTDOWN_TIMEOUT", Default: "30s",
 		Doc:   "On SIGINT/SIGTERM, how long to wait for running attempts before aborting them (they run again after restart).",
 		apply: func(c *Config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return }},

@@ -142,3 +142,12 @@ func parseWebhookSecrets(v string) ([]l8.Secret, error) {
 	}
 	return out, nil
 }
+
+// parseDurationMax is parseDuration with an upper bound.
+func parseDurationMax(v string, hi time.Duration) (time.Duration, error) {
+	d, err := parseDuration(v)
+	if err == nil && d > hi {
+		err = fmt.Errorf("%v is longer than the limit of %v", d, hi)
+	}
+	return d, err
+}

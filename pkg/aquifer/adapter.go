@@ -65,8 +65,8 @@ func (h *HTTPHandler) CloseStreams() { h.h.CloseStreams() }
 // your own (with http.StripPrefix for a path prefix). To serve it on a
 // listener of its own, use NewHTTPAdapter instead.
 func (aq *Aquifer) Handler(o HTTPOptions) *HTTPHandler {
-	h := httpapi.New(aq.svc, httpapi.Options{MaxBodyBytes: aq.opts.MaxBodyBytes, PoolToken: o.PoolToken,
-		Logger: aq.log, Auth: aq.auth})
+	h := httpapi.New(aq.svc, httpapi.Options{MaxBodyBytes: aq.opts.MaxBodyBytes, MaxBatchBytes: aq.opts.MaxBatchBytes,
+		PoolToken: o.PoolToken, Logger: aq.log, Auth: aq.auth})
 	if aq.prom != nil {
 		h.Router().Get("/metrics", aq.prom.Handler().ServeHTTP)
 	}

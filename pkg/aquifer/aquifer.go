@@ -88,6 +88,8 @@ func build(o Options) (*Aquifer, error) {
 		MaxResponseBytes: o.MaxResponseBytes,
 		WindowJobs:       o.LaneWindow,
 		FailedRetention:  o.FailedRetention,
+		JobBounds:        o.JobBounds,
+		PriorityAging:    o.PriorityAging,
 		Admission:        o.Admission,
 		L8:               l8cfg,
 		WebhookSecrets:   o.WebhookSecrets,
@@ -199,6 +201,18 @@ func closeStore(s Store) error {
 // (the store). Jobs may be enqueued before Start; they wait until then.
 func (aq *Aquifer) Enqueue(ctx context.Context, req *JobRequest) (*EnqueueResult, error) {
 	return aq.svc.Enqueue(ctx, req)
+}
+
+// EnqueueBatch enqueues up to MaxBatch jobs in one durable commit. Each
+// request is validated on its own and answered in its EnqueueBatchItem, in order:
+// an invalid one gets its error (CodeInvalid, ErrorField names the field)
+// and keeps none of the others out; one whose UserID and IdempotentKey are
+// taken — by a stored job or an earlier request of the batch — is a
+// Duplicate. Only what concerns the whole batch is an error, and then
+// nothing was stored: more than MaxBatch requests (CodeInvalid), admission
+// limits or a tenant quota (CodeRejected), the store (CodeUnavailable).
+func (aq *Aquifer) EnqueueBatch(ctx context.Context, reqs []*JobRequest) ([]EnqueueBatchItem, error) {
+	return aq.svc.EnqueueBatch(ctx, reqs)
 }
 
 // Get returns the job as it is now, or an error with CodeNotFound

@@ -350,3 +350,56 @@ func ExampleAquifer_RetryJobs() {
 	// operation: completed retried: 1
 	// completed synced /accounts/7 attempts recorded: 2
 }
+
+// Schedule a job for later, at high priority: it is durable at once but
+// waits, in no destination's queue, until it is due; then it goes before
+// the normal jobs waiting for the same destination. EnqueueBatch takes many
+// such requests in one commit.
+func ExampleAquifer_Enqueue_delayed() {
+	dest := destination()
+	defer dest.Close()
+
+	aq, err := aquifer.New(aquifer.Options{Store: aquifer.NewMemoryStore(), CloseStore: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := aq.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer aq.Stop(ctx)
+
+	delay, attempts := 0.2, 3
+	res, err := aq.Enqueue(ctx, &aquifer.JobRequest{
+		UserID: "acct-7", IdempotentKey: "reminder-5", URL: dest.URL + "/remind", Method: "POST",
+		Options: aquifer.OptionsRequest{
+			DelaySeconds: &delay, // or NotBefore: a time.Time (aquifer.ParseTime reads the API's forms)
+			Priority:     aquifer.PriorityHigh.String(),
+			Retry:        &aquifer.RetryRequest{MaxAttempts: &attempts},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	job, err := aq.Get(ctx, res.JobID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(job.Status, "scheduled:", job.Scheduled(), "priority:", job.Priority, "attempts allowed:", job.Retry.MaxAttempts)
+
+	job, err = aq.Wait(ctx, res.JobID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(job.Status, "sent after its time:", !job.History[0].At.Before(job.NotBefore))
+
+	// Out-of-bounds options are refused naming the field.
+	attempts = 100
+	_, err = aq.Enqueue(ctx, &aquifer.JobRequest{UserID: "acct-7", IdempotentKey: "reminder-6", URL: dest.URL + "/remind",
+		Options: aquifer.OptionsRequest{Retry: &aquifer.RetryRequest{MaxAttempts: &attempts}}})
+	fmt.Println(aquifer.ErrorCode(err), aquifer.ErrorField(err))
+	// Output:
+	// queued scheduled: true priority: high attempts allowed: 3
+	// completed sent after its time: true
+	// invalid retry.max_attempts
+}

@@ -66,6 +66,21 @@ type Options struct {
 	// do for it (its webhook delivered or given up). Default 2h.
 	FailedRetention time.Duration
 
+	// JobBounds limit what a job's Options may ask for (how far ahead it
+	// may be scheduled, its retry policy, its timeout); a job asking for
+	// more is refused with CodeInvalid naming the field. Zero fields:
+	// DefaultOptionBounds.
+	JobBounds OptionBounds
+	// PriorityAging is how much earlier a job counts as having arrived per
+	// priority class above PriorityLow: a high job passes normal jobs that
+	// became due less than this before it (low ones: twice this), and no
+	// job waits behind higher-priority work longer than that. Default 60s.
+	PriorityAging time.Duration
+	// MaxBatchBytes is the body limit of the HTTP front door's POST
+	// /jobs/batch (each job in it is limited by MaxBodyBytes). 0: 16 MiB;
+	// negative: none.
+	MaxBatchBytes int64
+
 	// Admission sets the limits above which new jobs are refused
 	// (CodeRejected, HTTP 429). Default: none.
 	Admission AdmissionLimits

@@ -1,6 +1,8 @@
 package aquifer
 
 import (
+	"time"
+
 	"github.com/aquiferhq/aquifer/internal/app"
 	"github.com/aquiferhq/aquifer/internal/domain"
 )
@@ -20,8 +22,66 @@ type JobID = domain.JobID
 // is) are optional; WebhookURL, when set, receives the result as a signed
 // POST. ID, when set, becomes the new job's id (it must be a valid JobID);
 // otherwise one is generated. AccountQueue switches the destination's
-// per-tenant isolation (see docs/PACING.md).
+// per-tenant isolation (see docs/PACING.md). Options, all optional, say
+// when and how the job runs (OptionsRequest).
 type JobRequest = domain.JobRequest
+
+// OptionsRequest are a job's options as the caller gives them; a zero
+// field (a nil pointer) is not given, and nothing given keeps the
+// defaults. NotBefore (or DelaySeconds from now, not both) schedules the
+// job: it is stored at once, status queued, but enters its destination's
+// queue only when due. Deadline (or MaxWaitSeconds from when it is due)
+// fails a job not sent by then with reason "deadline exceeded". Priority
+// is "high", "normal" (also "") or "low" (the PriorityHigh… constants'
+// String). Retry is the job's own retry policy for its dispatch;
+// TimeoutSeconds bounds each attempt; TraceParent and TraceState (W3C
+// Trace Context) are continued by the sent request and the webhook. The
+// values are checked against Options.JobBounds when the job is enqueued;
+// errors name the field as the REST API does ("retry.max_attempts").
+// ParseTime reads a time as the REST API takes one.
+type OptionsRequest = domain.OptionsRequest
+
+// RetryRequest is a job's own retry policy: MaxAttempts in all (the first
+// included), the wait after the first failed attempt BackoffSeconds,
+// doubling after each further one up to MaxBackoffSeconds (default 300 when
+// only BackoffSeconds is given). Without BackoffSeconds the server's
+// backoff applies.
+type RetryRequest = domain.RetryRequest
+
+// JobOptions are a job's options as resolved when it was enqueued (Job
+// embeds them): NotBefore and Deadline (zero: none), Priority, Retry,
+// Timeout (zero: the server's), TraceParent and TraceState.
+type JobOptions = domain.JobOptions
+
+// Priority orders the jobs waiting for one destination: high before
+// normal before low, first in first out within a priority, and none
+// passed for longer than Options.PriorityAging per class.
+type Priority = domain.Priority
+
+// Priorities; OptionsRequest.Priority takes their String.
+const (
+	PriorityHigh   = domain.PriorityHigh
+	PriorityNormal = domain.PriorityNormal
+	PriorityLow    = domain.PriorityLow
+)
+
+// OptionBounds are the limits on job options (Options.JobBounds).
+type OptionBounds = domain.OptionBounds
+
+// DefaultOptionBounds are the bounds unless Options.JobBounds sets others:
+// scheduled up to 30 days ahead, 25 attempts, 6h backoff, 10m timeout.
+var DefaultOptionBounds = domain.DefaultOptionBounds
+
+// ParseTime reads a point in time as the REST API takes one: an RFC 3339
+// timestamp, or Unix milliseconds (digits only). Errors name field.
+func ParseTime(field, s string) (time.Time, error) { return domain.ParseTime(field, s) }
+
+// EnqueueBatchItem is one request's answer in EnqueueBatch: its Result,
+// or the Err that kept it out. (BatchItem is the Store's: see store.go.)
+type EnqueueBatchItem = app.BatchItem
+
+// MaxBatch is the most requests one EnqueueBatch takes.
+const MaxBatch = app.MaxBatch
 
 // AccountQueueMode is a JobRequest's opinion about per-tenant queues for
 // its destination.

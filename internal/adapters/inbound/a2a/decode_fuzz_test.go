@@ -55,7 +55,10 @@ func FuzzDecodeRequest(f *testing.F) {
 		if err := json.Unmarshal(raw, &ref); err != nil {
 			t.Fatalf("accepted a data part POST /jobs refuses: %v", err)
 		}
-		want := ref.ToDomain(nil)
+		want, err := ref.Request(nil)
+		if err != nil {
+			t.Fatalf("accepted job options POST /jobs refuses: %v", err)
+		}
 		if err := want.Validate(); err != nil {
 			t.Fatalf("accepted a job POST /jobs refuses: %v", err)
 		}

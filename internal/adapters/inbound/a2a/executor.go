@@ -143,7 +143,9 @@ func duplicateMessage(rc *a2asrv.RequestContext, existing domain.JobID, status d
 }
 
 // decodeRequest reads the job request from the message's one data part. It
-// has the field names of POST /jobs; text parts are ignored.
+// has the field names of POST /jobs, job options included (traceparent and
+// tracestate as fields: A2A has no request headers of its own); text parts
+// are ignored. The options' values are checked when the job is enqueued.
 func decodeRequest(m *a2a.Message, maxBody int64) (*domain.JobRequest, error) {
 	var data map[string]any
 	n := 0
@@ -176,7 +178,10 @@ func decodeRequest(m *a2a.Message, maxBody int64) (*domain.JobRequest, error) {
 	if maxBody > 0 && int64(len(in.Body)) > maxBody {
 		return nil, fmt.Errorf("body is %d bytes, more than the limit of %d bytes: %w", len(in.Body), maxBody, a2a.ErrInvalidParams)
 	}
-	req := in.ToDomain(nil)
+	req, err := in.Request(nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", domain.PublicMessage(err), a2a.ErrInvalidParams)
+	}
 	if err := req.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", domain.PublicMessage(err), a2a.ErrInvalidParams)
 	}

@@ -23,6 +23,7 @@ import (
 // Core is what the HTTP adapter needs from the application.
 type Core interface {
 	Enqueue(ctx context.Context, req *domain.JobRequest) (*app.EnqueueResult, error)
+	EnqueueBatch(ctx context.Context, reqs []*domain.JobRequest) ([]app.BatchItem, error)
 	Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	Cancel(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *app.Subscription, error)
@@ -52,6 +53,10 @@ var _ Core = (*app.Service)(nil)
 type Options struct {
 	// MaxBodyBytes limits request bodies of POST /jobs; 0 disables the limit.
 	MaxBodyBytes int64
+	// MaxBatchBytes limits request bodies of POST /jobs/batch (each of its
+	// items is limited by MaxBodyBytes). 0: DefaultMaxBatchBytes; negative:
+	// no limit.
+	MaxBatchBytes int64
 	// KeepAlive is the SSE keep-alive comment interval. Default 30s.
 	KeepAlive time.Duration
 	// PoolToken, when set, is required as "Authorization: Bearer <token>"
@@ -68,6 +73,10 @@ type Options struct {
 	HealthOnly bool
 	Logger     *zap.Logger
 }
+
+// DefaultMaxBatchBytes is the body limit of POST /jobs/batch unless
+// Options set another (16 MiB).
+const DefaultMaxBatchBytes = 16 << 20
 
 // Handler serves the REST API.
 type Handler struct {
@@ -105,6 +114,7 @@ func New(core Core, opts Options) *Handler {
 	r.Group(func(r chi.Router) {
 		r.Use(opts.Auth.Middleware)
 		r.Post("/jobs", h.postJob)
+		r.Post("/jobs/batch", h.postBatch) // as POST /jobs: no Content-Type needed, the origin check covers it
 		r.Get("/jobs/{id}", h.getJob)
 		r.Head("/jobs/{id}", h.getJob)
 		r.Delete("/jobs/{id}", h.cancelJob)

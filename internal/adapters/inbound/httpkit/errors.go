@@ -59,13 +59,23 @@ func WriteDomainError(w http.ResponseWriter, r *http.Request, log *zap.Logger, e
 		WriteJSON(w, http.StatusTooManyRequests, RejectedBody{Error: rej.Error(), LimitReason: rej.Limit, Limit: rej.Max, Current: rej.Current})
 		return
 	}
-	code := domain.CodeOf(err)
-	status, ok := statusOf[code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
+	status, body := ErrorResponse(err)
 	if status >= 500 {
 		log.Error("request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	WriteJSON(w, status, body)
+}
+
+// ErrorResponse is the status and body for err's code (admission
+// rejections aside: they have RejectedBody). Internal errors show only
+// generically; the caller logs them.
+func ErrorResponse(err error) (int, ErrorBody) {
+	status, ok := statusOf[domain.CodeOf(err)]
+	if !ok {
+		status = http.StatusInternalServerError
 	}
 	body := ErrorBody{Error: domain.PublicMessage(err)}
 	var de *domain.Error
@@ -76,10 +86,7 @@ func WriteDomainError(w http.ResponseWriter, r *http.Request, log *zap.Logger, e
 	case errors.As(err, &dd):
 		body.Field = dd.Field
 	}
-	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "5")
-	}
-	WriteJSON(w, status, body)
+	return status, body
 }
 
 // WriteError answers {"error": msg} with status.

@@ -31,6 +31,22 @@ type JobView struct {
 	Reason         string            `json:"reason,omitempty" jsonschema:"Why the job failed."`
 	Webhook        *WebhookView      `json:"webhook,omitempty" jsonschema:"Delivery of the result to webhook_url."`
 	History        []AttemptView     `json:"history" jsonschema:"The job's last dispatch attempts (at most 10), oldest first; kept across retries."`
+
+	// The job's options (omitted when the job has the default).
+	NotBefore      string     `json:"not_before,omitempty" jsonschema:"When the job becomes due (RFC 3339, UTC, milliseconds); omitted when it was due at once."`
+	Scheduled      bool       `json:"scheduled,omitempty" jsonschema:"True while the job waits for its not_before: stored and queued, but in no destination's queue yet."`
+	Deadline       string     `json:"deadline,omitempty" jsonschema:"The latest time the job may be sent (RFC 3339, UTC, milliseconds); a job still waiting then fails with reason deadline exceeded."`
+	Priority       string     `json:"priority" jsonschema:"high, normal or low."`
+	Retry          *RetryView `json:"retry,omitempty" jsonschema:"The job's own retry policy; omitted when it has the server's."`
+	TimeoutSeconds float64    `json:"timeout_seconds,omitempty" jsonschema:"The limit on each attempt, in seconds; omitted when it is the server's."`
+	TraceParent    string     `json:"traceparent,omitempty" jsonschema:"The W3C traceparent the job continues."`
+}
+
+// RetryView is a job's own retry policy; a field left out is the server's.
+type RetryView struct {
+	MaxAttempts       int     `json:"max_attempts,omitempty"`
+	BackoffSeconds    float64 `json:"backoff_seconds,omitempty"`
+	MaxBackoffSeconds float64 `json:"max_backoff_seconds,omitempty"`
 }
 
 // WebhookView reports the delivery of a finished job's result.
@@ -52,6 +68,11 @@ func NewJobView(j *domain.Job) JobView {
 		CreatedAt: j.CreatedAt.UnixMilli(), UpdatedAt: j.UpdatedAt.UnixMilli(), Tenant: tenant, UserID: user,
 		PoolID: pool, WebhookURL: domain.RedactURL(j.WebhookURL), Headers: domain.RedactHeaders(j.Headers),
 		Attempts: j.Attempts, History: historyView(j.History),
+		NotBefore: domain.FormatWhen(j.NotBefore), Scheduled: j.Scheduled(), Deadline: domain.FormatWhen(j.Deadline),
+		Priority: j.Priority.String(), TimeoutSeconds: j.Timeout.Seconds(), TraceParent: j.TraceParent,
+	}
+	if r := j.Retry; r != (domain.RetryOptions{}) {
+		out.Retry = &RetryView{MaxAttempts: r.MaxAttempts, BackoffSeconds: r.Backoff.Seconds(), MaxBackoffSeconds: r.MaxBackoff.Seconds()}
 	}
 	if r := j.Result; r != nil {
 		status := r.ResponseStatus

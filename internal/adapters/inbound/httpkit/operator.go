@@ -63,6 +63,13 @@ type JobSummary struct {
 	Webhook          *WebhookView      `json:"webhook,omitempty"`
 	LastAttempt      *AttemptView      `json:"last_attempt,omitempty" jsonschema:"The newest entry of the job's attempt history."`
 	AttemptsRecorded int               `json:"attempts_recorded" jsonschema:"How many attempts the job's history holds (at most 10)."`
+
+	// When the job runs, as the job view shows it; a listing leaves the
+	// normal priority out to stay compact.
+	NotBefore string `json:"not_before,omitempty" jsonschema:"When the job becomes due (RFC 3339, UTC); omitted when it was due at once."`
+	Scheduled bool   `json:"scheduled,omitempty" jsonschema:"True while the job waits for its not_before."`
+	Deadline  string `json:"deadline,omitempty" jsonschema:"The latest time the job may be sent (RFC 3339, UTC)."`
+	Priority  string `json:"priority,omitempty" jsonschema:"high or low; omitted for normal."`
 }
 
 // NewJobSummary renders j for a listing.
@@ -71,7 +78,11 @@ func NewJobSummary(j *domain.Job) JobSummary {
 	s := JobSummary{JobID: v.JobID, Status: v.Status, URL: v.URL, Method: v.Method, CreatedAt: v.CreatedAt,
 		UpdatedAt: v.UpdatedAt, Tenant: v.Tenant, UserID: v.UserID, PoolID: v.PoolID, WebhookURL: v.WebhookURL,
 		Headers: v.Headers, Attempts: v.Attempts, ResponseStatus: v.ResponseStatus, ContentType: v.ContentType,
-		Reason: v.Reason, Webhook: v.Webhook, AttemptsRecorded: len(j.History)}
+		Reason: v.Reason, Webhook: v.Webhook, AttemptsRecorded: len(j.History),
+		NotBefore: v.NotBefore, Scheduled: v.Scheduled, Deadline: v.Deadline}
+	if j.Priority != domain.PriorityNormal {
+		s.Priority = v.Priority
+	}
 	if n := len(j.History); n > 0 {
 		last := NewAttemptView(j.History[n-1])
 		s.LastAttempt = &last

@@ -27,6 +27,10 @@ type JobRequestJSON struct {
 	Headers       map[string]string `json:"headers"`
 	Body          string            `json:"body"`
 	WebhookURL    string            `json:"webhook_url"`
+
+	// OptionsJSON are the optional job options (schedule, deadline,
+	// priority, retry policy, timeout, trace context).
+	OptionsJSON
 }
 
 // EnqueueJSON is the answer to POST /jobs.
@@ -42,7 +46,8 @@ const (
 	hdrAccountQueueAlias = "X-Aquifer-Account-Queue"
 )
 
-// ToDomain is the request as the application takes it; h supplies the
+// ToDomain is the request as the application takes it, without its job
+// options (they need parsing that can fail: see Request); h supplies the
 // account-queue header.
 func (in *JobRequestJSON) ToDomain(h http.Header) *domain.JobRequest {
 	return &domain.JobRequest{
@@ -50,6 +55,24 @@ func (in *JobRequestJSON) ToDomain(h http.Header) *domain.JobRequest {
 		Method: in.Method, Headers: in.Headers, Body: in.Body, WebhookURL: in.WebhookURL,
 		AccountQueue: AccountQueueMode(h),
 	}
+}
+
+// Request is ToDomain with the job options: h supplies the account-queue
+// header and, when the body names no traceparent, the W3C trace context
+// headers (TraceHeaders). An option that cannot be read (a not_before that
+// is no time) is a *domain.Error naming the field; the options' values are
+// checked later, by the application.
+func (in *JobRequestJSON) Request(h http.Header) (*domain.JobRequest, error) {
+	req := in.ToDomain(h)
+	o, err := in.Options()
+	if err != nil {
+		return nil, err
+	}
+	if o.TraceParent == "" {
+		o.TraceParent, o.TraceState = TraceHeaders(h)
+	}
+	req.Options = o
+	return req, nil
 }
 
 // Load headers on POST /jobs responses, in both namespaces, so callers can
@@ -154,6 +177,7 @@ func decodeJSON(raw []byte, dst any) (msg, field string) {
 			if te.Field == "" {
 				return "invalid json: expected a JSON object", ""
 			}
+			te.Field = JSONPath(te.Field)
 			return "invalid json: " + TypeErrorMessage(dst, te), te.Field
 		}
 		var se *json.SyntaxError
@@ -170,15 +194,29 @@ func decodeJSON(raw []byte, dst any) (msg, field string) {
 // number", "every value of headers must be a string, not an object",
 // "weight: the number 1e999 is out of range".
 func TypeErrorMessage(dst any, te *json.UnmarshalTypeError) string {
+	te.Field = JSONPath(te.Field)
 	want := jsonKind(te.Type.Kind())
 	if n, ok := strings.CutPrefix(te.Value, "number "); ok {
+		if isInt(te.Type.Kind()) && strings.ContainsAny(n, ".eE") {
+			return fmt.Sprintf("%s must be a whole number, not %s", te.Field, n)
+		}
 		return fmt.Sprintf("%s: the number %s is out of range", te.Field, n)
 	}
 	got := jsonValueKind(te.Value)
+	if te.Type == timeJSONType {
+		return fmt.Sprintf("%s must be a string (an RFC 3339 time) or a number (Unix milliseconds), not %s", te.Field, got)
+	}
 	if ft, ok := fieldType(reflect.TypeOf(dst), te.Field); ok && ft.Kind() == reflect.Map && ft != te.Type {
 		return fmt.Sprintf("every value of %s must be %s, not %s", te.Field, want, got)
 	}
 	return fmt.Sprintf("%s must be %s, not %s", te.Field, want, got)
+}
+
+// JSONPath is a decoding error's field path as the caller wrote it:
+// encoding/json names the struct a promoted field comes from
+// ("OptionsJSON.retry.max_attempts"), the caller's JSON does not.
+func JSONPath(field string) string {
+	return strings.ReplaceAll(field, "OptionsJSON.", "")
 }
 
 // fieldType is the Go type of the field at a dotted JSON path in t.
@@ -190,20 +228,37 @@ func fieldType(t reflect.Type, path string) (reflect.Type, bool) {
 		if t == nil || t.Kind() != reflect.Struct {
 			return nil, false
 		}
-		found := false
-		for i := range t.NumField() {
-			f := t.Field(i)
-			tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if tag == name || tag == "" && strings.EqualFold(f.Name, name) {
-				t, found = f.Type, true
-				break
-			}
-		}
+		f, found := structField(t, name)
 		if !found {
 			return nil, false
 		}
+		t = f
 	}
 	return t, t != nil
+}
+
+// structField is the type of t's field with the JSON name, looking into
+// embedded structs as encoding/json does.
+func structField(t reflect.Type, name string) (reflect.Type, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
+			if ft, ok := structField(f.Type, name); ok {
+				return ft, true
+			}
+			continue
+		}
+		if tag == name || tag == "" && strings.EqualFold(f.Name, name) {
+			return f.Type, true
+		}
+	}
+	return nil, false
+}
+
+// isInt reports whether k is an integer kind.
+func isInt(k reflect.Kind) bool {
+	return k >= reflect.Int && k <= reflect.Uint64
 }
 
 // jsonKind names the JSON kind a Go kind decodes from, with its article.

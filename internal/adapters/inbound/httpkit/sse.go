@@ -61,7 +61,7 @@ type Frame struct {
 // missed) and Stream closes. It sends catch-up frames for what already
 // happened (queued; dispatching if an attempt started; the terminal event if
 // the job is finished, after which the stream ends), the job's position if
-// it waits, then live events until the job ends, the client leaves or
+// it waits in its queue (not while it is scheduled), then live events until the job ends, the client leaves or
 // o.Closing closes.
 func Stream(w http.ResponseWriter, r *http.Request, src Source, job *domain.Job, sub *app.Subscription, o StreamOptions) {
 	defer func() { sub.Close() }()
@@ -84,7 +84,9 @@ func Stream(w http.ResponseWriter, r *http.Request, src Source, job *domain.Job,
 	if done := s.catchUp(job); done || s.err != nil {
 		return
 	}
-	if job.Status == domain.StatusQueued {
+	// A scheduled job is in no queue yet: it has no position to report
+	// (its lane publishes position events once it is due).
+	if job.Status == domain.StatusQueued && !job.Scheduled() {
 		if pos, err := src.Position(r.Context(), job); err == nil {
 			s.frame(domain.EventPosition, ssePosition{JobID: string(job.ID), Position: pos})
 		}

@@ -52,6 +52,15 @@ func (c *fuzzCore) Enqueue(_ context.Context, req *domain.JobRequest) (*app.Enqu
 	return &app.EnqueueResult{JobID: "0190a1b2c3d4e5f60718293a4b5c6d7e", Status: domain.StatusQueued}, nil
 }
 
+// EnqueueBatch answers each request as Enqueue would.
+func (c *fuzzCore) EnqueueBatch(ctx context.Context, reqs []*domain.JobRequest) ([]app.BatchItem, error) {
+	out := make([]app.BatchItem, len(reqs))
+	for i, req := range reqs {
+		out[i].Result, out[i].Err = c.Enqueue(ctx, req)
+	}
+	return out, nil
+}
+
 func (c *fuzzCore) Get(context.Context, domain.JobID) (*domain.Job, error) {
 	return nil, domain.ErrNotFound
 }

@@ -126,8 +126,8 @@ func TestOperatorToolsAreListed(t *testing.T) {
 			t.Errorf("%s: annotations %+v, want readOnlyHint %v (clients ask before tools that change things)", name, a, readOnly)
 		}
 	}
-	if len(tools.Tools) != 11 {
-		t.Errorf("want 11 tools, got %d", len(tools.Tools))
+	if len(tools.Tools) != 12 {
+		t.Errorf("want 12 tools, got %d", len(tools.Tools))
 	}
 }
 

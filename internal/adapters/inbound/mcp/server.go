@@ -1,5 +1,5 @@
 // Package mcp is Aquifer's Model Context Protocol adapter, on the official
-// go-sdk. It serves eleven tools (enqueue a job, read or wait for a job,
+// go-sdk. It serves twelve tools (enqueue a job or a batch of jobs, read or wait for a job,
 // cancel a job, health, L8 metadata, L8 challenge; and for operators: list
 // jobs, retry a job, the lanes, pause and resume a lane) and one resource
 // template (aquifer://jobs/{job_id}), over stdio or streamable HTTP.
@@ -30,6 +30,7 @@ import (
 // Core is what the MCP adapter needs from the application.
 type Core interface {
 	Enqueue(ctx context.Context, req *domain.JobRequest) (*app.EnqueueResult, error)
+	EnqueueBatch(ctx context.Context, reqs []*domain.JobRequest) ([]app.BatchItem, error)
 	Get(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	Cancel(ctx context.Context, id domain.JobID) (*domain.Job, error)
 	Subscribe(ctx context.Context, id domain.JobID) (*domain.Job, *app.Subscription, error)
@@ -57,6 +58,11 @@ type Options struct {
 	// MaxBodyBytes limits a job's request body (as the HTTP adapter does);
 	// 0 disables the limit.
 	MaxBodyBytes int64
+	// MaxBatchBytes is the largest aquifer_enqueue_batch call the
+	// streamable HTTP transport takes (it needs room for many jobs); 0:
+	// httpapi's default batch limit (16 MiB); negative: no more than one
+	// job needs.
+	MaxBatchBytes int64
 	// SessionTimeout closes streamable HTTP sessions idle this long.
 	// Default 30m.
 	SessionTimeout time.Duration
@@ -149,7 +155,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		Logger:         s.slogger(),
 		SessionTimeout: s.opts.SessionTimeout,
 		// Requests carry a job; allow the configured body plus JSON-RPC framing.
-		MaxRequestBodyBytes: bodyLimit(s.opts.MaxBodyBytes),
+		MaxRequestBodyBytes: bodyLimit(s.opts.MaxBodyBytes, s.opts.MaxBatchBytes),
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
@@ -169,13 +175,26 @@ func (s *Server) HTTPHandler() http.Handler {
 }
 
 // bodyLimit is the largest MCP request accepted: the job body limit with room
-// for JSON escaping and framing, or the SDK's default when there is no limit.
-func bodyLimit(maxBody int64) int64 {
-	if maxBody <= 0 {
-		return sdk.DefaultMaxRequestBodyBytes
+// for JSON escaping and framing, or the SDK's default when there is no limit
+// — and at least the batch limit with room for framing, so a batch that
+// POST /jobs/batch would take fits too.
+func bodyLimit(maxBody, maxBatch int64) int64 {
+	limit := int64(sdk.DefaultMaxRequestBodyBytes)
+	if maxBody > 0 {
+		limit = 2*maxBody + 64<<10
 	}
-	return 2*maxBody + 64<<10
+	if maxBatch == 0 {
+		maxBatch = defaultMaxBatchBytes
+	}
+	if maxBatch > 0 {
+		limit = max(limit, maxBatch+64<<10)
+	}
+	return limit
 }
+
+// defaultMaxBatchBytes is the REST API's default batch limit
+// (httpapi.DefaultMaxBatchBytes; this package does not import httpapi).
+const defaultMaxBatchBytes = 16 << 20
 
 // Close ends every long-poll and streamable HTTP request in progress, so a
 // graceful shutdown does not wait on them. Register it with

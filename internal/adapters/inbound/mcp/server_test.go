@@ -179,7 +179,7 @@ func TestListToolsAndTemplates(t *testing.T) {
 	for _, tool := range tools.Tools {
 		byName[tool.Name] = tool
 	}
-	for _, name := range []string{"aquifer_enqueue_job", "aquifer_get_job", "aquifer_cancel_job", "aquifer_health", "aquifer_l8_metadata", "aquifer_l8_challenge"} {
+	for _, name := range []string{"aquifer_enqueue_job", "aquifer_enqueue_batch", "aquifer_get_job", "aquifer_cancel_job", "aquifer_health", "aquifer_l8_metadata", "aquifer_l8_challenge"} {
 		tool := byName[name]
 		if tool == nil {
 			t.Errorf("tool %s missing", name)
@@ -192,8 +192,8 @@ func TestListToolsAndTemplates(t *testing.T) {
 			t.Errorf("%s: no output schema", name)
 		}
 	}
-	if len(tools.Tools) != 11 { // these six and the operator's five (operator_test.go)
-		t.Errorf("want 11 tools, got %d", len(tools.Tools))
+	if len(tools.Tools) != 12 { // these seven and the operator's five (operator_test.go)
+		t.Errorf("want 12 tools, got %d", len(tools.Tools))
 	}
 
 	schema := func(name string) map[string]any {
@@ -357,7 +357,7 @@ func TestToolErrors(t *testing.T) {
 		{"bad url", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "ftp://x"}, "invalid url: url must be an absolute http or https URL"},
 		{"url and pool", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "http://127.0.0.1:1/", "pool_id": "p"}, "mutually exclusive"},
 		{"unknown field", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "http://127.0.0.1:1/", "wait_seconds": 3},
-			"invalid arguments: unknown argument wait_seconds; aquifer_enqueue_job takes user_id, idempotent_key, url, pool_id, method, headers, body and webhook_url"},
+			"invalid arguments: unknown argument wait_seconds; aquifer_enqueue_job takes user_id, idempotent_key, url, pool_id, method, headers, body, webhook_url, not_before, delay_seconds, deadline, max_wait_seconds, priority, retry, timeout_seconds, traceparent and tracestate"},
 		{"wrong type", "aquifer_enqueue_job", map[string]any{"user_id": 7, "idempotent_key": "k", "url": "http://127.0.0.1:1/"}, "invalid user_id: user_id must be a string, not a number"},
 		{"null", "aquifer_enqueue_job", map[string]any{"user_id": nil, "idempotent_key": "k", "url": "http://127.0.0.1:1/"}, "invalid user_id: user_id must be a string, not null"},
 		{"headers not an object", "aquifer_enqueue_job", map[string]any{"user_id": "u", "idempotent_key": "k", "url": "http://127.0.0.1:1/", "headers": []any{}},

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -27,6 +28,17 @@ type enqueueInput struct {
 	Headers       map[string]string `json:"headers,omitempty" jsonschema:"Request headers, one value per name, sent verbatim (put credentials here, not in the URL)."`
 	Body          string            `json:"body,omitempty" jsonschema:"Request body, sent verbatim. JSON-encode structured bodies yourself."`
 	WebhookURL    string            `json:"webhook_url,omitempty" jsonschema:"Optional http(s) URL that receives the result as a POST when the job finishes. Not needed if you wait with aquifer_get_job."`
+
+	// The optional job options of POST /jobs, traceparent and tracestate
+	// included (MCP has no request headers to carry them).
+	httpkit.OptionsJSON
+}
+
+// enqueueBatchInput is POST /jobs/batch's body. The items are decoded one
+// by one, as the REST API does, so a malformed one is answered in its own
+// result instead of failing the call.
+type enqueueBatchInput struct {
+	Jobs []json.RawMessage `json:"jobs"`
 }
 
 type enqueueOutput struct {
@@ -79,8 +91,21 @@ func (s *Server) addTools() {
 			"get the result. The same (user_id, idempotent_key) never creates a second job: it returns the existing one " +
 			"with duplicate=true. Errors: invalid fields (fix and resubmit), admission control shedding load (retry later " +
 			"with the same idempotent_key).",
+		InputSchema: enqueueSchema(),
 		Annotations: &sdk.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(true), DestructiveHint: ptr(false)},
 	}, s.enqueue)
+
+	addTool(s, &sdk.Tool{
+		Name:  "aquifer_enqueue_batch",
+		Title: "Queue many HTTP requests at once",
+		Description: "Queue up to 1000 HTTP requests in one call and one durable commit. Each item of jobs takes the " +
+			"arguments of aquifer_enqueue_job and is checked on its own: the answer has one result per item, in order, " +
+			"with outcome created, duplicate (job_id is the existing job) or error (with the error and the field; " +
+			"nothing was stored for that item, the others are not affected). Errors for the whole call: no jobs or " +
+			"more than 1000, admission control shedding load (nothing stored; retry later with the same keys).",
+		InputSchema: enqueueBatchSchema(),
+		Annotations: &sdk.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(true), DestructiveHint: ptr(false)},
+	}, s.enqueueBatch)
 
 	addTool(s, &sdk.Tool{
 		Name:  "aquifer_get_job",
@@ -133,6 +158,51 @@ func (s *Server) addTools() {
 	}, s.l8Challenge)
 }
 
+// enqueueSchema is the inferred schema with what inference cannot say:
+// the times are strings or integers (Unix milliseconds), priority is one of
+// three words, the numbers of seconds are not negative.
+func enqueueSchema() *jsonschema.Schema {
+	sch := schemaFor[enqueueInput]()
+	for _, name := range []string{"not_before", "deadline"} {
+		if p := sch.Properties[name]; p != nil {
+			p.Type, p.Types = "", []string{"string", "integer"}
+		}
+	}
+	if p := sch.Properties["priority"]; p != nil {
+		p.Enum = []any{"high", "normal", "low"}
+	}
+	for _, name := range []string{"delay_seconds", "max_wait_seconds", "timeout_seconds"} {
+		if p := sch.Properties[name]; p != nil {
+			p.Minimum = ptr(0.0)
+		}
+	}
+	if r := sch.Properties["retry"]; r != nil {
+		if p := r.Properties["max_attempts"]; p != nil {
+			p.Minimum = ptr(1.0)
+		}
+	}
+	return sch
+}
+
+// enqueueBatchSchema is aquifer_enqueue_batch's input: 1 to 1000 items,
+// each checked by the tool itself (so that a bad one fails alone).
+func enqueueBatchSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{
+		Type:     "object",
+		Required: []string{"jobs"},
+		Properties: map[string]*jsonschema.Schema{
+			"jobs": {
+				Type:        "array",
+				Description: "The job requests, each an object with the arguments of aquifer_enqueue_job (user_id, idempotent_key, url or pool_id, and the optional fields).",
+				MinItems:    ptr(1),
+				MaxItems:    ptr(app.MaxBatch),
+				Items:       &jsonschema.Schema{Description: "One job request, as aquifer_enqueue_job's arguments."},
+			},
+		},
+		AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
+	}
+}
+
 // getJobSchema is the inferred schema with bounds on wait_seconds.
 func getJobSchema() *jsonschema.Schema {
 	sch := schemaFor[getJobInput]()
@@ -148,15 +218,35 @@ func (s *Server) enqueue(ctx context.Context, _ *sdk.CallToolRequest, in enqueue
 	if s.opts.MaxBodyBytes > 0 && int64(len(in.Body)) > s.opts.MaxBodyBytes {
 		return nil, enqueueOutput{}, fmt.Errorf("body is %d bytes, more than the limit of %d bytes; nothing was stored", len(in.Body), s.opts.MaxBodyBytes)
 	}
+	opts, err := in.Options()
+	if err != nil {
+		return nil, enqueueOutput{}, s.toolError("aquifer_enqueue_job", err)
+	}
 	res, err := s.core.Enqueue(ctx, &domain.JobRequest{
 		UserID: in.UserID, IdempotentKey: in.IdempotentKey, URL: in.URL, PoolID: in.PoolID,
-		Method: in.Method, Headers: in.Headers, Body: in.Body, WebhookURL: in.WebhookURL,
+		Method: in.Method, Headers: in.Headers, Body: in.Body, WebhookURL: in.WebhookURL, Options: opts,
 	})
 	if err != nil {
 		return nil, enqueueOutput{}, s.toolError("aquifer_enqueue_job", err)
 	}
 	return nil, enqueueOutput{JobID: string(res.JobID), Status: string(res.Status), Duplicate: res.Duplicate,
 		ResourceURI: jobURI(res.JobID)}, nil
+}
+
+func (s *Server) enqueueBatch(ctx context.Context, _ *sdk.CallToolRequest, in enqueueBatchInput) (*sdk.CallToolResult, *httpkit.BatchResultJSON, error) {
+	if err := httpkit.CheckBatchSize(len(in.Jobs)); err != nil {
+		return nil, nil, s.toolError("aquifer_enqueue_batch", err)
+	}
+	b := httpkit.NewBatch(in.Jobs, nil, s.opts.MaxBodyBytes)
+	var done []app.BatchItem
+	if len(b.Requests) > 0 {
+		var err error
+		if done, err = s.core.EnqueueBatch(ctx, b.Requests); err != nil {
+			return nil, nil, s.toolError("aquifer_enqueue_batch", err)
+		}
+	}
+	out, _ := b.Result(done, s.log)
+	return nil, out, nil
 }
 
 func (s *Server) getJob(ctx context.Context, _ *sdk.CallToolRequest, in getJobInput) (*sdk.CallToolResult, httpkit.JobView, error) {
