@@ -124,7 +124,7 @@ func TestMCPStdio(t *testing.T) {
 		t.Fatalf("connect: %v", err)
 	}
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil || len(tools.Tools) != 11 {
+	if err != nil || len(tools.Tools) != 12 { // aquifer_enqueue_batch is the twelfth
 		t.Fatalf("tools: %v %v", tools, err)
 	}
 	enq := callTool(t, cs, "aquifer_enqueue_job", map[string]any{"user_id": "e2e", "idempotent_key": "stdio-1", "url": up.URL + "/stdio", "method": "POST", "body": "hi"})
