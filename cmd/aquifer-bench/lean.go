@@ -150,7 +150,22 @@ func readHead(r *bufio.Reader, response bool) (int, head, error) {
 func readBody(r *bufio.Reader, h head) ([]byte, error) {
 	switch {
 	case h.chunked:
-		return io.ReadAll(httputil.NewChunkedReader(r))
+		b, err := io.ReadAll(httputil.NewChunkedReader(r))
+		if err != nil {
+			return nil, err
+		}
+		// The chunked reader stops at the last chunk; the trailer section
+		// (none, or header lines) ends with an empty line, which must be
+		// read too or the next response on the connection starts with it.
+		for {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				return nil, err
+			}
+			if len(bytes.TrimRight(line, "\r\n")) == 0 {
+				return b, nil
+			}
+		}
 	case h.contentLength > 0:
 		b := make([]byte, h.contentLength)
 		_, err := io.ReadFull(r, b)

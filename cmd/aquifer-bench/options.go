@@ -146,42 +146,62 @@ func pct(ds []time.Duration, p float64) time.Duration {
 }
 
 // runBatch measures single submissions and batches back to back, each on a
-// fresh daemon whose target is paced at 1 rps (ingest only).
+// fresh daemon whose target is paced at 1 rps (ingest only): singles with as
+// many clients as send the batches (the same caller, one job per request
+// instead of 500), and singles with -c clients (what many callers at once
+// reach), then the batches.
 func runBatch(ctx context.Context, o options) ([]optionsResult, error) {
 	target, err := newTarget()
 	if err != nil {
 		return nil, err
 	}
 	defer target.close()
-	var single *load
-	{
+	clients := min(o.clients, o.batchClients)
+	singles := func(c int) (*load, error) {
 		d, err := startDaemon(ctx, o, []upstreamRate{{target.host(), 1, 1}})
 		if err != nil {
 			return nil, err
 		}
-		single = submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, "single", bodyMaker(o, "single", target.url()+"/t", ""))
-		d.stop()
+		defer d.stop()
+		return submit(ctx, d.url, "", o.jobs, c, o.quiet, fmt.Sprintf("single ×%d", c),
+			bodyMaker(o, "single", target.url()+"/t", "")), nil
+	}
+	same, err := singles(clients)
+	if err != nil {
+		return nil, err
+	}
+	many, err := singles(o.clients)
+	if err != nil {
+		return nil, err
 	}
 	d, err := startDaemon(ctx, o, []upstreamRate{{target.host(), 1, 1}})
 	if err != nil {
 		return nil, err
 	}
 	defer d.stop()
-	clients := min(o.clients, o.batchClients)
+	cpu0 := d.cpuTime()
 	b := submitBatches(ctx, d.url, o.batchJobs, o.batchSize, clients, o.quiet, "batches",
 		bodyMaker(o, "batch", target.url()+"/t", ""))
+	cpu := perJob(d.cpuTime()-cpu0, b.created)
 	batchRate := float64(b.created) / b.elapsed.Seconds()
-	rs := []optionsResult{
-		{scenario: fmt.Sprintf("single POST /jobs (%d clients)", o.clients), jobs: single.accepted,
-			failed: single.rejected + single.errors, rate: single.rate(),
-			values: []string{"p99 " + ms(single.percentile(0.99))}},
+	if b.duplicates > 0 || b.created+b.errors < o.batchJobs {
+		fmt.Fprintf(os.Stderr, "batch: created %d, duplicates %d, errors %d, failed requests %d of %d jobs\n",
+			b.created, b.duplicates, b.errors, b.requestErrors, o.batchJobs)
+	}
+	row := func(l *load, c int) optionsResult {
+		return optionsResult{scenario: fmt.Sprintf("single POST /jobs (%d clients)", c), jobs: l.accepted,
+			failed: l.rejected + l.errors, rate: l.rate(), values: []string{"p99 " + ms(l.percentile(0.99))}}
+	}
+	rs := []optionsResult{row(same, clients), row(many, o.clients),
 		{scenario: fmt.Sprintf("POST /jobs/batch of %d (%d clients)", o.batchSize, clients), jobs: b.created,
 			failed: b.errors + b.requestErrors*o.batchSize, rate: batchRate,
-			values: []string{fmt.Sprintf("%.1f× single", batchRate/single.rate()),
-				"p50 " + ms(pct(b.latencies, 0.5)) + " per batch", "p99 " + ms(pct(b.latencies, 0.99)) + " per batch"}},
+			values: []string{fmt.Sprintf("%.1f× single with %d clients", batchRate/same.rate(), clients),
+				fmt.Sprintf("%.1f× single with %d", batchRate/many.rate(), o.clients),
+				"p50 " + ms(pct(b.latencies, 0.5)) + " per batch", "p99 " + ms(pct(b.latencies, 0.99)) + " per batch",
+				fmt.Sprintf("daemon CPU %dµs/job", cpu.Microseconds())}},
 	}
 	if b.firstErr != "" {
-		rs[1].values = append(rs[1].values, "first error: "+b.firstErr)
+		rs[2].values = append(rs[2].values, "first error: "+b.firstErr)
 	}
 	return rs, nil
 }
