@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -125,26 +124,7 @@ func (d *daemon) waitHealthy(ctx context.Context, limit time.Duration) error {
 
 // peakRSS returns the daemon's peak resident set size in bytes (VmHWM), or
 // -1 when it cannot be read.
-func (d *daemon) peakRSS() int64 {
-	if d.cmd == nil || d.cmd.Process == nil {
-		return -1
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return -1
-}
+func (d *daemon) peakRSS() int64 { return d.procStatus("VmHWM:") }
 
 func (d *daemon) stop() {
 	if d.cmd != nil && d.cmd.Process != nil {
