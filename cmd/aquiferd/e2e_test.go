@@ -216,7 +216,10 @@ func kill9(t *testing.T, storeEnv []string) {
 	hooks := newWebhookRecorder(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "aquifer.yml")
-	yml := fmt.Sprintf("upstreams:\n  %q:\n    rps: 400\n    max_concurrent: 8\n  %q:\n    rps: 2000\n    max_concurrent: 32\n",
+	// 200 rps: the drain takes 10 s, longer than submitting the jobs takes
+	// even under the race detector on a loaded machine (the kill must find
+	// work left; at 400 rps a slow submission let the drain finish first).
+	yml := fmt.Sprintf("upstreams:\n  %q:\n    rps: 200\n    max_concurrent: 8\n  %q:\n    rps: 2000\n    max_concurrent: 32\n",
 		strings.TrimPrefix(target.URL, "http://"), strings.TrimPrefix(hooks.URL, "http://"))
 	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
