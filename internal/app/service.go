@@ -140,7 +140,10 @@ func (i intake) Prepare(ctx context.Context, req *domain.JobRequest) (*domain.Jo
 	return i.s.prepare(ctx, req)
 }
 func (i intake) Store(ctx context.Context, job *domain.Job) (*domain.Job, bool, error) {
-	return i.s.store(ctx, job)
+	end := i.s.traceEnqueue(job)
+	stored, fresh, err := i.s.store(ctx, job)
+	end(fresh, err, i.s.cfg.Clock.Now())
+	return stored, fresh, err
 }
 func (i intake) Get(ctx context.Context, id domain.JobID) (*domain.Job, error) {
 	return i.s.Get(ctx, id)

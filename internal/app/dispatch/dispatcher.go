@@ -668,3 +668,10 @@ func (d *Dispatcher) MaxResponseBytes() int64 { return d.cfg.MaxResponseBytes }
 // Clustered reports whether lanes follow an Ownership (cluster mode): then
 // other processes read the store, not this one's memory.
 func (d *Dispatcher) Clustered() bool { return d.clustered }
+
+// TraceAttempt begins the span of a direct (proxied) first attempt of j's
+// dispatch at start and returns the traceparent to send with it and the
+// function that ends the span (see ports.Tracer.Attempt).
+func (d *Dispatcher) TraceAttempt(j *domain.Job, start time.Time) (string, func(status int, reason string, at time.Time)) {
+	return d.cfg.Tracer.Attempt(j, false, 1, start)
+}

@@ -383,7 +383,13 @@ func (p *Proxy) direct(ctx context.Context, job *domain.Job) (*Result, error) {
 	// the client leaves, the answer is still recorded.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.d.RequestTimeout())
 	headerTimer := time.AfterFunc(cfg.DirectTimeout, cancel)
-	resp, err := p.d.Exchange(actx, job, job.URL, zeroRate, "")
+	traceparent, endSpan := p.d.TraceAttempt(job, p.clock.Now())
+	resp, err := p.d.Exchange(actx, job, job.URL, zeroRate, traceparent)
+	if err != nil {
+		endSpan(0, err.Error(), p.clock.Now())
+	} else {
+		endSpan(resp.StatusCode, "", p.clock.Now())
+	}
 	if !headerTimer.Stop() && err == nil {
 		// The direct deadline passed just as the answer came: too late.
 		resp.Body.Close()

@@ -85,7 +85,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !httpkit.DecodeBody(w, r, &in, h.opts.MaxBodyBytes) {
 		return
 	}
-	res, err := h.core.Proxy(r.Context(), in.ToDomain(r.Header))
+	req := in.ToDomain(r.Header)
+	// A proxied job takes no scheduling options (it is tried at once), but
+	// it continues the caller's W3C trace like any other.
+	req.Options.TraceParent, req.Options.TraceState = httpkit.TraceHeaders(r.Header)
+	res, err := h.core.Proxy(r.Context(), req)
 	if err != nil {
 		httpkit.WriteDomainError(w, r, h.log, err)
 		return

@@ -401,3 +401,31 @@ func TestProxyBadInput(t *testing.T) {
 		t.Fatalf("GET /proxy: %d", resp.StatusCode)
 	}
 }
+
+func TestProxiedJobContinuesTheCallersTrace(t *testing.T) {
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	seen := make(chan string, 1)
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request, _ int64) {
+		seen <- r.Header.Get("Traceparent")
+		w.WriteHeader(http.StatusOK)
+	})
+	e := newEnv(t, nil)
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader(job("traced", tg.URL+"/x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Traceparent", parent)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got := <-seen
+	if len(got) != 55 || got[3:35] != parent[3:35] || got[36:52] == parent[36:52] {
+		t.Fatalf("target saw traceparent %q; want the caller's trace (%s) with a span of its own", got, parent[3:35])
+	}
+	j, err := e.svc.Get(t.Context(), domain.JobID(resp.Header.Get(proxy.HeaderJobID)))
+	if err != nil || j.TraceParent != parent {
+		t.Fatalf("stored trace context %q, %v; want the caller's", j.TraceParent, err)
+	}
+}
