@@ -85,10 +85,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !httpkit.DecodeBody(w, r, &in, h.opts.MaxBodyBytes) {
 		return
 	}
-	req := in.ToDomain(r.Header)
-	// A proxied job takes no scheduling options (it is tried at once), but
-	// it continues the caller's W3C trace like any other.
-	req.Options.TraceParent, req.Options.TraceState = httpkit.TraceHeaders(r.Header)
+	// A proxied job is tried at once: it cannot be scheduled. Its other
+	// options (deadline, priority, retry policy, timeout) apply to its queued
+	// attempts, and it continues the caller's W3C trace like any other job.
+	if in.NotBefore != "" || in.DelaySeconds != nil {
+		field := "not_before"
+		if in.DelaySeconds != nil {
+			field = "delay_seconds"
+		}
+		httpkit.WriteJSON(w, http.StatusBadRequest, httpkit.ErrorBody{
+			Error: field + " is not supported by POST /proxy, which tries the job at once; schedule it with POST /jobs", Field: field})
+		return
+	}
+	req, err := in.Request(r.Header)
+	if err != nil {
+		httpkit.WriteDomainError(w, r, h.log, err)
+		return
+	}
 	res, err := h.core.Proxy(r.Context(), req)
 	if err != nil {
 		httpkit.WriteDomainError(w, r, h.log, err)

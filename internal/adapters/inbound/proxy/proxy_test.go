@@ -429,3 +429,23 @@ func TestProxiedJobContinuesTheCallersTrace(t *testing.T) {
 		t.Fatalf("stored trace context %q, %v; want the caller's", j.TraceParent, err)
 	}
 }
+
+func TestProxyRefusesSchedulingOptions(t *testing.T) {
+	tg := newTarget(t, nil)
+	e := newEnv(t, nil)
+	for field, extra := range map[string]string{"delay_seconds": `,"delay_seconds":5`, "not_before": `,"not_before":"2099-01-01T00:00:00Z"`} {
+		body := strings.TrimSuffix(job("sched-"+field, tg.URL+"/x"), "}") + extra + "}"
+		resp := e.post(t, body)
+		var out struct {
+			Error, Field string
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || out.Field != field {
+			t.Fatalf("%s: %d %+v, want 400 naming the field", field, resp.StatusCode, out)
+		}
+	}
+	if n := tg.n.Load(); n != 0 {
+		t.Fatalf("target got %d requests", n)
+	}
+}
