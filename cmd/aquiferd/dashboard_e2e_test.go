@@ -112,6 +112,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		b.waitVisible("[data-test=cluster-absent]") // SQLite: one process, no cluster
 	})
 
+	t.Run("a scheduled job shows when it is due and its options", func(t *testing.T) {
+		a := a.in(t)
+		b := newTab(t, d.url, 1280, 800)
+		id := a.submit(jobSpec{url: work.URL + "/later", options: map[string]any{"delay_seconds": 3600, "priority": "high",
+			"max_wait_seconds": 60, "retry": map[string]any{"max_attempts": 3, "backoff_seconds": 2}}})
+		b.open("#/jobs/" + id)
+		b.ready("job")
+		b.waitTextContains("[data-test=job-summary]", "scheduled")
+		summary := b.text("[data-test=job-summary]")
+		for _, want := range []string{"Not before", "in 60 min", "Deadline", "Priority", "high", "3 attempts, backoff 2 s, doubling"} {
+			if !strings.Contains(summary, want) {
+				t.Errorf("job summary %q lacks %q", summary, want)
+			}
+		}
+	})
+
 	t.Run("a submitted job appears without a reload", func(t *testing.T) {
 		a := a.in(t)
 		b := newTab(t, d.url, 1280, 800)
@@ -523,6 +539,7 @@ func (a *api) do(method, path, body string, want int) map[string]any {
 type jobSpec struct {
 	url, pool, method, body, webhook string
 	headers                          map[string]string
+	options                          map[string]any // job options (delay_seconds, priority, …)
 }
 
 // submit posts a new job and returns its id.
@@ -546,6 +563,9 @@ func (a *api) submit(j jobSpec) string {
 	}
 	if j.headers != nil {
 		req["headers"] = j.headers
+	}
+	for k, v := range j.options {
+		req[k] = v
 	}
 	body, _ := json.Marshal(req)
 	return a.do(http.MethodPost, "/jobs", string(body), http.StatusCreated)["job_id"].(string)

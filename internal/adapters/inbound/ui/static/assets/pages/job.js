@@ -42,7 +42,7 @@ export default {
     const retry = h('button', { type: 'button', class: 'btn btn-primary', 'data-test': 'retry-job' }, 'Retry');
     const cancel = h('button', { type: 'button', class: 'btn btn-danger-ghost', 'data-test': 'cancel-job' }, 'Cancel');
     const copy = h('button', { type: 'button', class: 'btn btn-ghost btn-small', title: 'Copy the job id' }, 'Copy id');
-    const summary = h('div');
+    const summary = h('div', { 'data-test': 'job-summary' });
     const request = h('div', { 'data-test': 'job-request', class: 'request-view' });
     const attempts = h('ol', { class: 'timeline' });
     const noAttempts = h('p', { class: 'empty' }, 'Not sent yet.');
@@ -103,9 +103,15 @@ export default {
       replace(
         summary,
         facts([
-          ['Status', j.status + (j.reason ? ' — ' + j.reason : '')],
+          ['Status', j.status + (j.scheduled ? ' — scheduled' : '') + (j.reason ? ' — ' + j.reason : '')],
           ['Created', at(j.created_at, now)],
           ['Updated', at(j.updated_at, now)],
+          j.not_before && ['Not before', at(Date.parse(j.not_before), now)],
+          j.deadline && ['Deadline', at(Date.parse(j.deadline), now)],
+          j.priority && j.priority !== 'normal' && ['Priority', j.priority],
+          j.retry && ['Retry policy', retryPolicy(j.retry)],
+          j.timeout_seconds && ['Timeout', j.timeout_seconds + ' s per attempt'],
+          j.traceparent && ['Trace', h('span', { class: 'mono' }, j.traceparent.slice(3, 35))],
           j.tenant && ['Tenant', j.tenant],
           ['User', j.user_id],
           dest && ['Destination', h('a', { href: laneHref(dest), class: 'mono' }, dest)],
@@ -206,3 +212,11 @@ export default {
     };
   },
 };
+
+// retryPolicy describes a job's own retry policy.
+function retryPolicy(r) {
+  const parts = [];
+  if (r.max_attempts) parts.push(r.max_attempts + ' attempts');
+  if (r.backoff_seconds) parts.push('backoff ' + r.backoff_seconds + ' s, doubling' + (r.max_backoff_seconds ? ' up to ' + r.max_backoff_seconds + ' s' : ''));
+  return parts.join(', ') || 'the server\'s';
+}
