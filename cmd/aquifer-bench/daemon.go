@@ -54,6 +54,9 @@ func startDaemonWith(ctx context.Context, o options, rates []upstreamRate, pgSch
 	cfg.WriteString("upstreams:\n")
 	for _, r := range rates {
 		fmt.Fprintf(&cfg, "  %q:\n    rps: %g\n    max_concurrent: %d\n", r.host, r.rps, r.maxConcurrent)
+		for _, k := range o.knobs[r.host] {
+			fmt.Fprintf(&cfg, "    %s\n", k)
+		}
 	}
 	cfgPath := filepath.Join(dir, "aquifer.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
