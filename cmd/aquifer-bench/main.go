@@ -62,14 +62,14 @@ type options struct {
 	// budget_pacing and adaptive), written one per line under its rate.
 	// Today's config rejects keys it does not know, so scenarios only set
 	// them when withKnobs is on.
-	knobs                   map[string][]string
-	withKnobs               bool
-	budgetJobs, budgetLimit int
-	budgetConcurrent        int
-	budgetWindow            time.Duration
-	budgetRPS               float64
-	adaptiveSeconds         float64
-	adaptiveBase            time.Duration
+	knobs                       map[string][]string
+	withKnobs                   bool
+	budgetJobs, budgetLimit     int
+	budgetConcurrent            int
+	budgetWindow, budgetLatency time.Duration
+	budgetRPS                   float64
+	adaptiveSeconds             float64
+	adaptiveBase                time.Duration
 }
 
 func main() {
@@ -112,6 +112,7 @@ func main() {
 	flag.IntVar(&o.budgetJobs, "budget-jobs", 400, "jobs queued per run of the budget scenario (the issue's full run is 2000: 200 s per run)")
 	flag.IntVar(&o.budgetLimit, "budget-limit", 100, "budget scenario: requests the simulated API allows per window")
 	flag.DurationVar(&o.budgetWindow, "budget-window", 10*time.Second, "budget scenario: the simulated API's window (whole seconds)")
+	flag.DurationVar(&o.budgetLatency, "budget-latency", 50*time.Millisecond, "budget scenario: how long the simulated API takes to answer")
 	flag.Float64Var(&o.budgetRPS, "budget-rps", 50, "budget scenario: the upstream's configured rps ceiling")
 	flag.IntVar(&o.budgetConcurrent, "budget-concurrent", 8, "budget scenario: the upstream's max_concurrent")
 	flag.Float64Var(&o.adaptiveSeconds, "adaptive-seconds", 40, "adaptive scenario: seconds per run; the backend's capacity halves at half time")

@@ -46,7 +46,14 @@ func (s *simServer) close() { _ = s.srv.Close() }
 // windowCount is what a budget window saw.
 type windowCount struct {
 	ok, limited int // answered 200; answered 429 (budget gone)
+	// firstOK and lastOK are when the window's first and last 200 arrived,
+	// from the window's start: a burst-and-stall pacing spends its budget
+	// in a short span, a budget pacing spreads it over the window.
+	firstOK, lastOK time.Duration
 }
+
+// span is how long the window's 200s took, first to last.
+func (w windowCount) span() time.Duration { return w.lastOK - w.firstOK }
 
 // budgetAPI is an API with a request budget per fixed window, as GitHub's
 // REST API has: every response carries X-RateLimit-Limit, -Remaining, -Used
@@ -58,8 +65,9 @@ type windowCount struct {
 // a client that trusts it loses nothing to rounding.
 type budgetAPI struct {
 	*simServer
-	limit  int
-	window time.Duration
+	limit   int
+	window  time.Duration
+	latency time.Duration // each answer takes this long, as a real API's do
 
 	mu      sync.Mutex
 	origin  time.Time // start of window 0; zero until the first request
@@ -69,8 +77,8 @@ type budgetAPI struct {
 	served  map[string]bool // bodies answered 200 at least once
 }
 
-func newBudgetAPI(limit int, window time.Duration) *budgetAPI {
-	return &budgetAPI{limit: limit, window: window, served: map[string]bool{}}
+func newBudgetAPI(limit int, window, latency time.Duration) *budgetAPI {
+	return &budgetAPI{limit: limit, window: window, latency: latency, served: map[string]bool{}}
 }
 
 // start serves the API on a loopback port.
@@ -97,12 +105,17 @@ func (a *budgetAPI) take(now time.Time) (ok bool, remaining int, reset time.Time
 		a.windows = append(a.windows, windowCount{})
 	}
 	w := &a.windows[i]
-	reset = a.origin.Add(time.Duration(i+1) * a.window)
+	start := a.origin.Add(time.Duration(i) * a.window)
+	reset = start.Add(a.window)
 	if w.ok >= a.limit {
 		w.limited++
 		return false, 0, reset
 	}
+	if w.ok == 0 {
+		w.firstOK = now.Sub(start)
+	}
 	w.ok++
+	w.lastOK = now.Sub(start)
 	if now.After(a.last200) {
 		a.last200 = now
 	}
@@ -113,6 +126,14 @@ func (a *budgetAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	now := time.Now()
 	ok, remaining, reset := a.take(now)
+	if a.latency > 0 { // the request is counted on arrival, answered later
+		select {
+		case <-time.After(a.latency):
+		case <-r.Context().Done():
+			return
+		}
+		now = time.Now()
+	}
 	h := w.Header()
 	h.Set("X-RateLimit-Limit", strconv.Itoa(a.limit))
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
