@@ -106,9 +106,9 @@ func printBudget(w io.Writer, o options, rs []budgetResult) {
 	budgetPerSec := float64(o.budgetLimit) / o.budgetWindow.Seconds()
 	fmt.Fprintf(w, "\nbudget (simulated API: %d requests per %s, %s per answer, GitHub X-RateLimit-* headers, 429 + Retry-After when spent; ceiling rps %g, max_concurrent %d):\n",
 		o.budgetLimit, o.budgetWindow, o.budgetLatency, o.budgetRPS, o.budgetConcurrent)
-	fmt.Fprintln(w, "throughput = 200s ÷ (first request → last 200), which a short run's last window flatters; full windows used = 200s in every window but the last ÷ their budget")
+	fmt.Fprintln(w, "throughput = 200s ÷ (first request → last 200), which the run's last, partly used window flatters; budget used = 200s in every window but the last ÷ their budget")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "budget pacing\tjobs\tdone\t429s\telapsed\tthroughput\t% of budget\tfull windows used\t")
+	fmt.Fprintln(tw, "budget pacing\tjobs\tdone\t429s\telapsed\tthroughput\tvs budget rate\tbudget used (full windows)\t")
 	for _, r := range rs {
 		tput := float64(r.stats.ok) / max(r.stats.elapsed.Seconds(), 1e-9)
 		use := "–"
