@@ -366,11 +366,13 @@ func period(records []capRecord, from, to time.Duration) (okPerSec float64, shed
 	return okPerSec, shed, p99
 }
 
-// followTime is how long after change the in-flight count, averaged per
-// second, came within ±tol of target and stayed there until end; ok is
-// false when it never did.
+// followTime is how long after change the in-flight count came within
+// ±tol of target and stayed there until end, in whole seconds: the in-flight
+// samples are averaged per second from change, and the answer is the end of
+// the first second from which every second's mean is within tolerance (1 s
+// if the first already is). ok is false when it never settled.
 func followTime(samples []capSample, change, end time.Duration, target, tol float64) (time.Duration, bool) {
-	var settled time.Duration = -1
+	settled := time.Duration(-1)
 	for s := change; s+time.Second <= end; s += time.Second {
 		m := meanInflight(samples, s, s+time.Second)
 		if math.Abs(m-target) <= tol*target {
