@@ -124,15 +124,13 @@ func printBudget(w io.Writer, o options, rs []budgetResult) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nper %s window: 200s (429s) and the span from its first 200 to its last\n", o.budgetWindow)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	for _, r := range rs {
 		var cells []string
 		for _, c := range r.stats.windows {
 			cells = append(cells, fmt.Sprintf("%d (%d) %.1fs", c.ok, c.limited, c.span().Seconds()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t\n", onOff(r.pacing, r.knobs), strings.Join(cells, "  "))
+		fmt.Fprintf(w, "  %-32s %s\n", onOff(r.pacing, r.knobs)+":", strings.Join(cells, "  "))
 	}
-	tw.Flush()
 }
 
 // onOff names a row's setting; without knobs both rows ran today's default.
