@@ -50,13 +50,8 @@ func startDaemonWith(ctx context.Context, o options, rates []upstreamRate, pgSch
 	if err != nil {
 		return nil, err
 	}
-	var cfg strings.Builder
-	cfg.WriteString("upstreams:\n")
-	for _, r := range rates {
-		fmt.Fprintf(&cfg, "  %q:\n    rps: %g\n    max_concurrent: %d\n", r.host, r.rps, r.maxConcurrent)
-	}
 	cfgPath := filepath.Join(dir, "aquifer.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(upstreamsYAML(o, rates)), 0o600); err != nil {
 		return nil, err
 	}
 	port, err := freePort()
@@ -102,6 +97,20 @@ func startDaemonWith(ctx context.Context, o options, rates []upstreamRate, pgSch
 		return nil, fmt.Errorf("%w\n%s", err, logs.String())
 	}
 	return d, nil
+}
+
+// upstreamsYAML is the daemon's config: the upstreams section giving each
+// listed host its rate, plus the knobs o sets for it (issue 20's scenarios).
+func upstreamsYAML(o options, rates []upstreamRate) string {
+	var cfg strings.Builder
+	cfg.WriteString("upstreams:\n")
+	for _, r := range rates {
+		fmt.Fprintf(&cfg, "  %q:\n    rps: %g\n    max_concurrent: %d\n", r.host, r.rps, r.maxConcurrent)
+		for _, k := range o.knobs[r.host] {
+			fmt.Fprintf(&cfg, "    %s\n", k)
+		}
+	}
+	return cfg.String()
 }
 
 func (d *daemon) waitHealthy(ctx context.Context, limit time.Duration) error {

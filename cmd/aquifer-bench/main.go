@@ -19,6 +19,7 @@
 //	listing  ingest while an operator pages GET /jobs (first pages with
 //	         counts) back to back; compare with ingest in the same run.
 //	batch, scheduled, due: job options (options.go).
+//	budget, adaptive: issue 20's pacing against simulated APIs (issue20.go).
 package main
 
 import (
@@ -54,6 +55,21 @@ type options struct {
 
 	batchJobs, batchSize, batchClients int
 	scheduledJobs, dueJobs             int
+
+	// Issue 20 (issue20.go).
+	//
+	// knobs are further "key: value" settings per upstream host (issue 20's
+	// budget_pacing and adaptive), written one per line under its rate.
+	// Today's config rejects keys it does not know, so scenarios only set
+	// them when withKnobs is on.
+	knobs                       map[string][]string
+	withKnobs                   bool
+	budgetJobs, budgetLimit     int
+	budgetConcurrent            int
+	budgetWindow, budgetLatency time.Duration
+	budgetRPS                   float64
+	adaptiveSeconds             float64
+	adaptiveBase                time.Duration
 }
 
 func main() {
@@ -72,7 +88,7 @@ func main() {
 	flag.IntVar(&o.jobs, "n", 20000, "jobs per scenario")
 	flag.IntVar(&o.clients, "c", 64, "concurrent clients")
 	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
-	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, listing, cluster, batch, scheduled, due (comma-separated) or all; cluster needs Postgres and uses at most 1,000 jobs")
+	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, listing, cluster, batch, scheduled, due, budget, adaptive (comma-separated) or all (all but budget and adaptive); cluster needs Postgres and uses at most 1,000 jobs")
 	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
 	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon: sqlite, pebble or postgres; a comma-separated list runs each scenario on each")
 	flag.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
@@ -91,6 +107,17 @@ func main() {
 	flag.IntVar(&o.batchClients, "batch-clients", 4, "concurrent batch senders (at most -c)")
 	flag.IntVar(&o.scheduledJobs, "scheduled-jobs", 1000000, "jobs the scheduled scenario schedules an hour ahead")
 	flag.IntVar(&o.dueJobs, "due-jobs", 5000, "jobs the due scenario schedules 2–8 s ahead")
+	flag.BoolVar(&o.withKnobs, "with-knobs", true,
+		"budget and adaptive: write issue 20's knobs (budget_pacing: false, adaptive: true) into the daemon's config; false for an aquiferd that predates them (both rows then run its default)")
+	flag.IntVar(&o.budgetJobs, "budget-jobs", 400, "jobs queued per run of the budget scenario (the issue's full run is 2000: 200 s per run)")
+	flag.IntVar(&o.budgetLimit, "budget-limit", 100, "budget scenario: requests the simulated API allows per window")
+	flag.DurationVar(&o.budgetWindow, "budget-window", 10*time.Second, "budget scenario: the simulated API's window (whole seconds)")
+	flag.DurationVar(&o.budgetLatency, "budget-latency", 50*time.Millisecond, "budget scenario: how long the simulated API takes to answer")
+	flag.Float64Var(&o.budgetRPS, "budget-rps", 50, "budget scenario: the upstream's configured rps ceiling")
+	flag.IntVar(&o.budgetConcurrent, "budget-concurrent", 8, "budget scenario: the upstream's max_concurrent")
+	flag.Float64Var(&o.adaptiveSeconds, "adaptive-seconds", 40, "adaptive scenario: seconds per run; the backend's capacity halves at half time")
+	flag.DurationVar(&o.adaptiveBase, "adaptive-base", 50*time.Millisecond,
+		"adaptive scenario: the backend's unloaded latency (its maximum is 40 ÷ this per second)")
 	flag.Parse()
 	if scen == "all" {
 		scen = "ceiling,ingest,e2e,backlog,pacing,fairness,listing,cluster,batch,scheduled,due"
@@ -115,6 +142,8 @@ func run(ctx context.Context, o options) error {
 		results  []result
 		paced    []pacingResult
 		fairness []fairnessResult
+		budget   []budgetResult
+		adaptive []adaptiveResult
 		cluster  *clusterResult
 		opts     []optionsResult
 	)
@@ -148,6 +177,10 @@ func run(ctx context.Context, o options) error {
 				paced, err = runPacing(ctx, o)
 			case "fairness":
 				fairness, err = runFairness(ctx, o)
+			case "budget":
+				budget, err = runBudget(ctx, o)
+			case "adaptive":
+				adaptive, err = runAdaptive(ctx, o)
 			case "ingest":
 				r, err = runIngest(ctx, o)
 			case "e2e":
@@ -194,6 +227,12 @@ func run(ctx context.Context, o options) error {
 	}
 	if len(fairness) > 0 {
 		printFairness(os.Stdout, fairness)
+	}
+	if len(budget) > 0 {
+		printBudget(os.Stdout, o, budget)
+	}
+	if len(adaptive) > 0 {
+		printAdaptive(os.Stdout, o, adaptive)
 	}
 	if cluster != nil {
 		printCluster(os.Stdout, cluster)
