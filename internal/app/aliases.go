@@ -49,6 +49,10 @@ const (
 	DrainUnassigned = drain.Unassigned
 )
 
+// LaneModes lists the lane modes (LaneView.Mode, LaneHealth.Mode): budget,
+// signalled, adaptive, static.
+var LaneModes = dispatch.Modes
+
 // WithTenant returns ctx carrying the authenticated tenant's name.
 func WithTenant(ctx context.Context, name string) context.Context { return tenant.With(ctx, name) }
 

@@ -170,6 +170,8 @@ type LaneJSON struct {
 	Destination string   `json:"destination" jsonschema:"scheme://host:port, or pool:<pool_id>."`
 	Ceiling     RateJSON `json:"ceiling" jsonschema:"The configured ceiling (a pool's: its members' live capacity)."`
 	Pace        PaceJSON `json:"pace" jsonschema:"The pace now, and the signal that set it."`
+	Mode        string   `json:"mode" jsonschema:"What holds the pace now: static, signalled, budget or adaptive."`
+	ModeReason  string   `json:"mode_reason,omitempty" jsonschema:"Why, in words: e.g. budget: 37 of 100 left, resets in 6.2s (github), pacing 5.3 rps."`
 	HeldUntil   int64    `json:"held_until,omitempty" jsonschema:"A 503 with Retry-After holds the whole lane until then (Unix ms)."`
 	Backlog     int64    `json:"backlog" jsonschema:"Jobs to the destination waiting in the store (the caller's own, for a tenant)."`
 	InFlight    int      `json:"in_flight"`
@@ -225,8 +227,9 @@ type PauseJSON struct {
 // the caller names it; another tenant's as pool:<tenant>/<id>.
 func NewLaneJSON(v *app.LaneView, caller string, now time.Time) LaneJSON {
 	out := LaneJSON{Destination: LaneName(v.Destination, caller),
-		Ceiling:   RateJSON{RPS: v.CeilingRPS, MaxConcurrent: v.CeilingMaxConcurrent},
-		Pace:      PaceJSON{RPS: v.RPS, MaxConcurrent: v.MaxConcurrent, PacedBy: v.PacedBy, Since: unixMilli(v.PacedAt)},
+		Ceiling: RateJSON{RPS: v.CeilingRPS, MaxConcurrent: v.CeilingMaxConcurrent},
+		Pace:    PaceJSON{RPS: v.RPS, MaxConcurrent: v.MaxConcurrent, PacedBy: v.PacedBy, Since: unixMilli(v.PacedAt)},
+		Mode:    v.Mode, ModeReason: v.ModeReason,
 		HeldUntil: unixMilli(v.HeldUntil), Backlog: v.Backlog, InFlight: v.InFlight, Buffered: v.Buffered,
 		OldestQueuedAt: unixMilli(v.OldestQueued), LastError: v.LastError, LastErrorAt: unixMilli(v.LastErrorAt),
 		AccountQueues: v.AccountQueues, Queues: make([]QueueJSON, 0, len(v.Queues)), Circuit: circuitJSON(v.Circuit),
