@@ -1,0 +1,155 @@
+package app_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/app"
+	"github.com/aquiferhq/aquifer/internal/domain"
+)
+
+// budgetAPI is a destination with a GitHub-style budget: limit requests per
+// fixed window of period, windows starting at testT0, counted as requests
+// arrive; a request with nothing left gets a 429 (with remaining 0 and the
+// reset, as GitHub answers). Each answer takes latency, so requests are
+// in flight when the count moves.
+type budgetAPI struct {
+	*upstream
+	limit  int
+	period time.Duration
+
+	mu       sync.Mutex
+	used     map[int64]int // window index → requests served
+	rejected int
+}
+
+func newBudgetAPI(t *testing.T, limit int, period, latency time.Duration) *budgetAPI {
+	a := &budgetAPI{limit: limit, period: period, used: map[int64]int{}}
+	a.upstream = newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		now := clockOf(t).now()
+		win := int64(now.Sub(testT0) / period)
+		reset := testT0.Add(time.Duration(win+1) * period)
+		a.mu.Lock()
+		ok := a.used[win] < limit
+		if ok {
+			a.used[win]++
+		} else {
+			a.rejected++
+		}
+		left := limit - a.used[win]
+		a.mu.Unlock()
+		sleep(t, r.Context(), latency)
+		h := w.Header()
+		h.Set("X-RateLimit-Limit", strconv.Itoa(limit))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(left))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset.Unix(), 10))
+		if !ok {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	return a
+}
+
+// served returns the requests served per window, in window order, and the
+// 429s.
+func (a *budgetAPI) served() (perWindow []int, rejected int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var last int64 = -1
+	for w := range a.used {
+		last = max(last, w)
+	}
+	for w := int64(0); w <= last; w++ {
+		perWindow = append(perWindow, a.used[w])
+	}
+	return perWindow, a.rejected
+}
+
+// runBudget enqueues n jobs to a and waits for every one to finish.
+func runBudget(t *testing.T, b *bundle, a *budgetAPI, n int, during func()) {
+	t.Helper()
+	ids := make([]domain.JobID, n)
+	for i := range n {
+		ids[i] = b.enqueue(t, req(fmt.Sprintf("k%d", i), a.URL))
+	}
+	if during != nil {
+		during()
+	}
+	for _, id := range ids {
+		b.waitStatus(t, id, domain.StatusCompleted)
+	}
+}
+
+// TestBudgetPacingNeverExhaustsTheWindow: 1,000 jobs to a destination
+// allowing 100 requests per 10 s, with a lane ceiling that alone would
+// spend each window in a fraction of a second. Budget pacing spreads every
+// window to its reset: no 429 at all, and at least 90 % of each full
+// window used. The lane view says the budget holds the lane, and why.
+func TestBudgetPacingNeverExhaustsTheWindow(t *testing.T) {
+	a := newBudgetAPI(t, 100, 10*time.Second, 50*time.Millisecond)
+	b := setup(t, func(c *app.Config) {
+		c.Rates.Hosts = map[string]domain.Rate{hostOf(a.upstream): {RPS: 200, MaxConcurrent: 8}}
+	})
+	runBudget(t, b, a, 1000, func() {
+		waitFor(t, "the second window", func() bool { return a.count() >= 150 })
+		v, err := b.svc.Lane(t.Context(), a.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Mode != "budget" || !strings.HasPrefix(v.ModeReason, "budget: ") || !strings.Contains(v.ModeReason, "of 100 left") ||
+			!strings.Contains(v.ModeReason, "(github)") {
+			t.Errorf("lane mode %q (%q), want budget with the window in words", v.Mode, v.ModeReason)
+		}
+		if v.RPS != 200 {
+			t.Errorf("lane pace %v: budget pacing holds the queue, not the lane's own pace", v.RPS)
+		}
+	})
+	perWindow, rejected := a.served()
+	t.Logf("served per 10 s window %v, 429s %d", perWindow, rejected)
+	if rejected != 0 {
+		t.Fatalf("%d requests answered 429 (windows %v)", rejected, perWindow)
+	}
+	full := perWindow[:len(perWindow)-1] // the last window ran out of work
+	total := 0
+	for i, n := range full {
+		if n < 90 {
+			t.Errorf("window %d served %d of 100, want >= 90 (all: %v)", i, n, perWindow)
+		}
+		total += n
+	}
+	if len(full) < 9 || total+perWindow[len(perWindow)-1] != 1000 {
+		t.Fatalf("windows %v: want 1000 requests over at least ten windows", perWindow)
+	}
+}
+
+// TestBudgetPacingOff: with budget_pacing: false the same lane runs at its
+// ceiling until the window is gone — the burst-and-stall pattern — and the
+// requests in flight when remaining reaches 0 are answered 429.
+func TestBudgetPacingOff(t *testing.T) {
+	a := newBudgetAPI(t, 100, 10*time.Second, 50*time.Millisecond)
+	b := setup(t, func(c *app.Config) {
+		c.Rates.Hosts = map[string]domain.Rate{hostOf(a.upstream): {RPS: 200, MaxConcurrent: 8, NoBudget: true}}
+	})
+	runBudget(t, b, a, 300, nil)
+	perWindow, rejected := a.served()
+	t.Logf("served per 10 s window %v, 429s %d", perWindow, rejected)
+	if rejected == 0 {
+		t.Fatalf("no 429 without budget pacing (windows %v): the test does not exercise the budget", perWindow)
+	}
+	// Each window is spent in its first half second: a burst, then a stall.
+	if first := a.snapshot()[99].at.Sub(testT0); first > time.Second {
+		t.Fatalf("the first window's 100 requests took %v, want a burst", first)
+	}
+	v, err := b.svc.Lane(t.Context(), a.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Mode == "budget" {
+		t.Fatalf("lane mode budget with budget pacing off (%q)", v.ModeReason)
+	}
+}
