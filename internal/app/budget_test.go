@@ -153,3 +153,33 @@ func TestBudgetPacingOff(t *testing.T) {
 		t.Fatalf("lane mode budget with budget pacing off (%q)", v.ModeReason)
 	}
 }
+
+// TestLaneModeNamesWhatHoldsThePace: a destination that says nothing runs
+// static at its ceiling; one that sends X-Aqueduct-Rps is signalled.
+func TestLaneModeNamesWhatHoldsThePace(t *testing.T) {
+	quiet := newUpstream(t, nil)
+	loud := newUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) { w.Header().Set("X-Aqueduct-Rps", "25") })
+	b := setup(t, func(c *app.Config) {
+		c.Rates.Hosts = map[string]domain.Rate{hostOf(quiet): {RPS: 50, MaxConcurrent: 2}, hostOf(loud): {RPS: 400, MaxConcurrent: 1}}
+	})
+	b.waitStatus(t, b.enqueue(t, req("q", quiet.URL)), domain.StatusCompleted)
+	b.waitStatus(t, b.enqueue(t, req("l", loud.URL)), domain.StatusCompleted)
+	for _, tc := range []struct{ url, mode, reason string }{
+		{quiet.URL, "static", "static: the configured ceiling, 50 rps, 2 concurrent"},
+		{loud.URL, "signalled", "signalled: x-aqueduct holds 25 rps, 1 concurrent (ceiling 400 rps, 1)"},
+	} {
+		v, err := b.svc.Lane(t.Context(), tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Mode != tc.mode || v.ModeReason != tc.reason {
+			t.Errorf("%s: mode %q (%q), want %q (%q)", tc.url, v.Mode, v.ModeReason, tc.mode, tc.reason)
+		}
+	}
+	h := b.svc.Health(t.Context())
+	for _, l := range h.Lanes {
+		if l.Mode == "" || l.ModeReason == "" {
+			t.Errorf("health lane %s: mode %q (%q)", l.Lane, l.Mode, l.ModeReason)
+		}
+	}
+}

@@ -38,6 +38,11 @@ func (l *lane) mode() (name, reason string) {
 	if reason := l.budgetReason(now); reason != "" {
 		return ModeBudget, reason
 	}
+	if id := l.upstream.PoolID(); id != "" {
+		if reason := l.d.pools.BudgetReason(id); reason != "" {
+			return ModeBudget, reason
+		}
+	}
 	ceilRPS, ceilConc := l.pace.Ceiling()
 	if now.Before(l.heldUntil) {
 		return ModeSignalled, fmt.Sprintf("signalled: a 503 Retry-After holds the lane for %.1fs", l.heldUntil.Sub(now).Seconds())

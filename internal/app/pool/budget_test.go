@@ -82,6 +82,9 @@ func TestPoolSkipsAMemberAtItsReserve(t *testing.T) {
 		}
 		p.Record("p", id, Outcome{Observed: true, Status: 200})
 	}
+	if got, want := p.BudgetReason("p"), "budget: 5 of 100 left, resets in 30.0s (github); member low the tightest of 1 of 2 members on a budget"; got != want {
+		t.Errorf("budget reason %q, want %q", got, want)
+	}
 	p.Leave("p", "ok")
 	if _, _, _, wait, ok := p.Pick("p", ""); ok || wait != 30*time.Second {
 		t.Fatalf("pick ok %v wait %v, want a wait until the reset (30s)", ok, wait)

@@ -6,6 +6,7 @@ package pool
 
 import (
 	"container/heap"
+	"fmt"
 	"math"
 	"sort"
 	"sync"
@@ -299,6 +300,35 @@ func (p *Registry) Unpick(poolID, memberID string) {
 		m.budget.Cancel()
 		heap.Fix(&pl.heap, m.index)
 	}
+}
+
+// BudgetReason describes the members whose rate-limit budget holds them
+// below their own pace: how many, and the tightest in words ("" when
+// none).
+func (p *Registry) BudgetReason(poolID string) string {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl := p.byID[poolID]
+	if pl == nil {
+		return ""
+	}
+	var tight pacing.BudgetState
+	tightID, held := "", 0
+	for _, m := range pl.members {
+		st := m.budget.State(now)
+		if !st.Active || (!st.Holding && st.RPS >= math.Min(m.declared, m.pace.RPS())) {
+			continue
+		}
+		held++
+		if tightID == "" || st.RPS < tight.RPS || st.RPS == tight.RPS && m.id < tightID {
+			tight, tightID = st, m.id
+		}
+	}
+	if held == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s; member %s the tightest of %d of %d members on a budget", tight.Reason(), tightID, held, len(pl.members))
 }
 
 // Outcome is what an attempt on a member found out.
