@@ -17,31 +17,38 @@ import (
 // fixed window of period, windows starting at testT0, counted as requests
 // arrive; a request with nothing left gets a 429 (with remaining 0 and the
 // reset, as GitHub answers). Each answer takes latency, so requests are
-// in flight when the count moves.
+// in flight when the count moves. Each credential (Authorization header)
+// has a budget of its own, as with a real API's per-account limits.
 type budgetAPI struct {
 	*upstream
 	limit  int
 	period time.Duration
 
 	mu       sync.Mutex
-	used     map[int64]int // window index → requests served
+	used     map[string]map[int64]int // credential → window index → requests served
 	rejected int
 }
 
 func newBudgetAPI(t *testing.T, limit int, period, latency time.Duration) *budgetAPI {
-	a := &budgetAPI{limit: limit, period: period, used: map[int64]int{}}
+	a := &budgetAPI{limit: limit, period: period, used: map[string]map[int64]int{}}
 	a.upstream = newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		now := clockOf(t).now()
 		win := int64(now.Sub(testT0) / period)
 		reset := testT0.Add(time.Duration(win+1) * period)
+		key := r.Header.Get("Authorization")
 		a.mu.Lock()
-		ok := a.used[win] < limit
+		used := a.used[key]
+		if used == nil {
+			used = map[int64]int{}
+			a.used[key] = used
+		}
+		ok := used[win] < limit
 		if ok {
-			a.used[win]++
+			used[win]++
 		} else {
 			a.rejected++
 		}
-		left := limit - a.used[win]
+		left := limit - used[win]
 		a.mu.Unlock()
 		sleep(t, r.Context(), latency)
 		h := w.Header()
@@ -55,17 +62,17 @@ func newBudgetAPI(t *testing.T, limit int, period, latency time.Duration) *budge
 	return a
 }
 
-// served returns the requests served per window, in window order, and the
-// 429s.
-func (a *budgetAPI) served() (perWindow []int, rejected int) {
+// served returns the requests served per window for credential key ("" for
+// none), in window order, and the 429s for every credential.
+func (a *budgetAPI) served(key string) (perWindow []int, rejected int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var last int64 = -1
-	for w := range a.used {
+	for w := range a.used[key] {
 		last = max(last, w)
 	}
 	for w := int64(0); w <= last; w++ {
-		perWindow = append(perWindow, a.used[w])
+		perWindow = append(perWindow, a.used[key][w])
 	}
 	return perWindow, a.rejected
 }
@@ -109,7 +116,7 @@ func TestBudgetPacingNeverExhaustsTheWindow(t *testing.T) {
 			t.Errorf("lane pace %v: budget pacing holds the queue, not the lane's own pace", v.RPS)
 		}
 	})
-	perWindow, rejected := a.served()
+	perWindow, rejected := a.served("")
 	t.Logf("served per 10 s window %v, 429s %d", perWindow, rejected)
 	if rejected != 0 {
 		t.Fatalf("%d requests answered 429 (windows %v)", rejected, perWindow)
@@ -136,7 +143,7 @@ func TestBudgetPacingOff(t *testing.T) {
 		c.Rates.Hosts = map[string]domain.Rate{hostOf(a.upstream): {RPS: 200, MaxConcurrent: 8, NoBudget: true}}
 	})
 	runBudget(t, b, a, 300, nil)
-	perWindow, rejected := a.served()
+	perWindow, rejected := a.served("")
 	t.Logf("served per 10 s window %v, 429s %d", perWindow, rejected)
 	if rejected == 0 {
 		t.Fatalf("no 429 without budget pacing (windows %v): the test does not exercise the budget", perWindow)
@@ -180,6 +187,38 @@ func TestLaneModeNamesWhatHoldsThePace(t *testing.T) {
 	for _, l := range h.Lanes {
 		if l.Mode == "" || l.ModeReason == "" {
 			t.Errorf("health lane %s: mode %q (%q)", l.Lane, l.Mode, l.ModeReason)
+		}
+	}
+}
+
+// TestBudgetPacingPerAccountQueue: with account queues, each tenant's
+// credentials have their own budget (50 per 10 s here), and each queue
+// paces its own: neither tenant sees a 429, and each uses at least 90 %
+// of every full window.
+func TestBudgetPacingPerAccountQueue(t *testing.T) {
+	a := newBudgetAPI(t, 50, 10*time.Second, 50*time.Millisecond)
+	b := setup(t, func(c *app.Config) {
+		c.Rates.Hosts = map[string]domain.Rate{hostOf(a.upstream): {RPS: 200, MaxConcurrent: 8}}
+	})
+	var ids []domain.JobID
+	for i := range 150 {
+		for _, tenant := range []string{"acme", "globex"} {
+			ids = append(ids, b.enqueue(t, tenantReq(tenant, fmt.Sprint(tenant, i), a.URL)))
+		}
+	}
+	for _, id := range ids {
+		b.waitStatus(t, id, domain.StatusCompleted)
+	}
+	for _, tenant := range []string{"acme", "globex"} {
+		perWindow, rejected := a.served("Bearer " + tenant)
+		t.Logf("%s: served per 10 s window %v, 429s %d", tenant, perWindow, rejected)
+		if rejected != 0 {
+			t.Fatalf("%d requests answered 429", rejected)
+		}
+		for i, n := range perWindow[:len(perWindow)-1] {
+			if n < 45 {
+				t.Errorf("%s: window %d served %d of 50, want >= 45 (all: %v)", tenant, i, n, perWindow)
+			}
 		}
 	}
 }
