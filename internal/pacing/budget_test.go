@@ -21,19 +21,30 @@ type window struct {
 	over int
 }
 
-// hit takes one request arriving at now and returns the budget its answer
-// reports.
+// hit takes one request arriving at now and returns the budget an answer
+// sent at once reports.
 func (w *window) hit(now time.Time) pacing.Budget {
-	for !now.Before(w.start.Add(w.period)) {
-		w.start, w.used = w.start.Add(w.period), 0
-	}
+	w.roll(now)
 	if w.used >= w.limit {
 		w.over++
 	} else {
 		w.used++
 	}
+	return w.report(now)
+}
+
+// report is the budget an answer sent at now reports.
+func (w *window) report(now time.Time) pacing.Budget {
+	w.roll(now)
 	return pacing.Budget{Limit: float64(w.limit), Remaining: float64(w.limit - w.used),
 		ResetIn: w.start.Add(w.period).Sub(now), Source: pacing.SourceGitHub}
+}
+
+// roll starts the windows that began by now.
+func (w *window) roll(now time.Time) {
+	for !now.Before(w.start.Add(w.period)) {
+		w.start, w.used = w.start.Add(w.period), 0
+	}
 }
 
 // drive runs a pacer with unlimited work against w for d, starting each
