@@ -24,6 +24,7 @@ type (
 	WebhookPayload  = dispatch.WebhookPayload
 	LaneStats       = dispatch.LaneStats
 	QueueDetail     = dispatch.QueueDetail
+	QueueBudget     = dispatch.QueueBudget
 	CircuitStats    = dispatch.CircuitStats
 	AdmissionHealth = admit.Health
 	PoolHealth      = pool.Health

@@ -115,6 +115,13 @@ func TestBudgetPacingNeverExhaustsTheWindow(t *testing.T) {
 		if v.RPS != 200 {
 			t.Errorf("lane pace %v: budget pacing holds the queue, not the lane's own pace", v.RPS)
 		}
+		if len(v.Queues) != 1 || v.Queues[0].Budget == nil {
+			t.Fatalf("queues %+v: want the shared queue with its budget", v.Queues)
+		}
+		if qb := v.Queues[0].Budget; qb.Limit != 100 || qb.Source != "github" || !(qb.RPS > 0 && qb.RPS < 10) ||
+			qb.ResetAt.Sub(testT0)%(10*time.Second) != 0 {
+			t.Errorf("queue budget %+v: want a 100-request github window resetting on a 10 s boundary, paced below 10 rps", qb)
+		}
 	})
 	perWindow, rejected := a.served("")
 	t.Logf("served per 10 s window %v, 429s %d", perWindow, rejected)
