@@ -229,3 +229,38 @@ func TestBudgetPacingPerAccountQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetPacingPerPoolMember: each pool member has its own budget
+// (100 and 60 per 10 s here), paced in the pool registry: no member sees a
+// 429, each uses at least 90 % of its full windows, and picks follow what
+// each has left.
+func TestBudgetPacingPerPoolMember(t *testing.T) {
+	big := newBudgetAPI(t, 100, 10*time.Second, 50*time.Millisecond)
+	small := newBudgetAPI(t, 60, 10*time.Second, 50*time.Millisecond)
+	b := setup(t, nil)
+	register(t, b, "big", big.URL, 50)
+	register(t, b, "small", small.URL, 50)
+	var ids []domain.JobID
+	for i := range 300 {
+		ids = append(ids, b.enqueue(t, poolReq(fmt.Sprint("pb", i))))
+	}
+	for _, id := range ids {
+		b.waitStatus(t, id, domain.StatusCompleted)
+	}
+	for _, m := range []struct {
+		name  string
+		api   *budgetAPI
+		limit int
+	}{{"big", big, 100}, {"small", small, 60}} {
+		perWindow, rejected := m.api.served("")
+		t.Logf("%s: served per 10 s window %v, 429s %d", m.name, perWindow, rejected)
+		if rejected != 0 {
+			t.Fatalf("%s: %d requests answered 429", m.name, rejected)
+		}
+		for i, n := range perWindow[:len(perWindow)-1] {
+			if n*10 < m.limit*9 {
+				t.Errorf("%s: window %d served %d of %d, want >= 90 %% (all: %v)", m.name, i, n, m.limit, perWindow)
+			}
+		}
+	}
+}

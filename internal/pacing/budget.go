@@ -241,15 +241,3 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return b
 }
-
-// Share is the part of the window the pacer may still spend, in [0, 1]:
-// (left − reserve) ÷ limit while a window is active, 1 otherwise. A pool
-// weighs its members' picks by it, so each gets work in proportion to the
-// quota it has left.
-func (b *BudgetPacer) Share(now time.Time) float64 {
-	b.refresh(now)
-	if b.state != budgetActive || b.limit <= 0 {
-		return 1
-	}
-	return min(max(b.spendable()/b.limit, 0), 1)
-}

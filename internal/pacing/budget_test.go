@@ -249,18 +249,6 @@ func TestBudgetPacerCancelUndoesAStart(t *testing.T) {
 	}
 }
 
-func TestBudgetPacerShare(t *testing.T) {
-	t.Parallel()
-	b := pacing.NewBudgetPacer(10)
-	if s := b.Share(t0b); s != 1 {
-		t.Fatalf("share %v with no budget, want 1", s)
-	}
-	b.Observe(t0b, pacing.Budget{Limit: 1000, Remaining: 450, ResetIn: time.Minute, Source: "ietf"})
-	if s := b.Share(t0b); math.Abs(s-0.4) > 1e-9 { // (450 − 50 reserved) ÷ 1000
-		t.Fatalf("share %v, want 0.4", s)
-	}
-}
-
 func TestParseBudget(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_700_000_000, 0)

@@ -22,8 +22,8 @@ func reportBudget(t *testing.T, p *Registry, id string, limit, remaining float64
 
 // TestPoolPicksFollowQuotaLeft: two members of equal capacity, one with
 // 900 requests left to spend in its window and one with 100 (each above a
-// reserve of 50 of 1000), get picks 9 : 1 — on top of capacity ×
-// reputation — and the pool's capacity is what their budgets allow.
+// reserve of 50 of 1000), windows resetting together, get picks 9 : 1, and
+// the pool's capacity is what their budgets allow.
 func TestPoolPicksFollowQuotaLeft(t *testing.T) {
 	t.Parallel()
 	clock := newClock()

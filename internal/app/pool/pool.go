@@ -104,16 +104,17 @@ func New(now func() time.Time, onChange func(string)) *Registry {
 func (m *member) maxConcurrent() int { return m.pace.MaxConcurrent() }
 
 // weight is the member's effective rate: its own pace (declared capacity,
-// lowered by its signals) times the share of its rate-limit quota it has
-// left, never above what its budget allows now, times its reputation.
-// Members on the same kind of window thus get picks in proportion to the
-// quota they have left, whichever bound applies: the share when capacity
-// is the limit, the budget's rate (left ÷ time to the reset) when the quota
-// is. A member reporting no budget has a share of 1 and no budget bound.
+// lowered by its signals), never above what its rate-limit budget allows
+// now ((left − reserve) ÷ time to the reset), times its reputation. While
+// quotas are what bound the members, they get picks in proportion to the
+// quota each has left (per unit of time to its reset); a member with more
+// quota than it can use at its pace runs at its pace. (Scaling capacity by
+// the share of the window left instead would starve every member towards
+// the end of its window, when little is left but little time remains.) A
+// member reporting no budget is bound by its pace alone.
 func (m *member) weight(now time.Time) float64 {
 	pace := math.Min(m.declared, m.pace.RPS())
-	quota := math.Min(pace*m.budget.Share(now), m.budget.Rate(now))
-	return max(quota*m.reputation, minWeight)
+	return max(math.Min(pace, m.budget.Rate(now))*m.reputation, minWeight)
 }
 
 // newMember returns a member at full reputation with its pace and budget
