@@ -97,6 +97,9 @@ type lane struct {
 	// adaptiveReason is set by adaptive concurrency while it holds the
 	// lane's concurrency: why, in words ("" when it does not; mode reads it).
 	adaptiveReason string
+	// The mode as last published (cachedMode), and when it was worked out.
+	modeName, modeReason string
+	modeAt               time.Time
 
 	mu       sync.Mutex // guards snapshot
 	snapshot LaneStats
@@ -742,7 +745,7 @@ func (l *lane) publishStats(now time.Time) {
 	}
 	ceilRPS, ceilConc := l.pace.Ceiling()
 	circuit := l.outage.stats()
-	mode, reason := l.mode()
+	mode, reason := l.cachedMode(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.snapshot = LaneStats{

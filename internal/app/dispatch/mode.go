@@ -60,6 +60,21 @@ func (l *lane) mode() (name, reason string) {
 	return ModeStatic, fmt.Sprintf("static: the configured ceiling, %s rps, %d concurrent", fmtRate(ceilRPS), ceilConc)
 }
 
+// modeRefresh is how long the published mode may be reused: the stats
+// are published on every turn of the lane's loop, and the reason is
+// formatted text, too dear to redo thousands of times a second. The lane
+// view works it out afresh (detail).
+const modeRefresh = 250 * time.Millisecond
+
+// cachedMode is mode, worked out again at most every modeRefresh.
+func (l *lane) cachedMode(now time.Time) (name, reason string) {
+	if l.modeAt.IsZero() || now.Sub(l.modeAt) >= modeRefresh || now.Before(l.modeAt) {
+		l.modeName, l.modeReason = l.mode()
+		l.modeAt = now
+	}
+	return l.modeName, l.modeReason
+}
+
 // budgetReason describes the tightest queue budget that holds the lane
 // below its pace ("" when none does): the one allowing the lowest rate.
 func (l *lane) budgetReason(now time.Time) string {

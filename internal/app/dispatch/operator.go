@@ -212,6 +212,7 @@ func (d *Dispatcher) LaneDetail(ctx context.Context, u domain.UpstreamKey) (Lane
 
 // detail runs on the lane's goroutine.
 func (l *lane) detail(now time.Time) LaneDetail {
+	l.modeAt = time.Time{} // the mode as it is now, not as last published
 	l.publishStats(now)
 	det := LaneDetail{LaneStats: l.stats(), LastError: l.lastError, LastErrorAt: l.lastErrorAt}
 	if ceilRPS, ceilConc := l.pace.Ceiling(); l.pace.RPS() < ceilRPS || l.pace.MaxConcurrent() < ceilConc {
