@@ -244,6 +244,14 @@ func TestBudgetPacingPerPoolMember(t *testing.T) {
 	for i := range 300 {
 		ids = append(ids, b.enqueue(t, poolReq(fmt.Sprint("pb", i))))
 	}
+	waitFor(t, "the pool to be under way", func() bool { return big.count() >= 50 })
+	v, err := b.svc.Lane(t.Context(), "pool:readers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Mode != "budget" || !strings.Contains(v.ModeReason, "members on a budget") {
+		t.Errorf("pool lane mode %q (%q), want budget naming its members", v.Mode, v.ModeReason)
+	}
 	for _, id := range ids {
 		b.waitStatus(t, id, domain.StatusCompleted)
 	}
