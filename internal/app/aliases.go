@@ -24,6 +24,7 @@ type (
 	WebhookPayload  = dispatch.WebhookPayload
 	LaneStats       = dispatch.LaneStats
 	QueueDetail     = dispatch.QueueDetail
+	QueueBudget     = dispatch.QueueBudget
 	CircuitStats    = dispatch.CircuitStats
 	AdmissionHealth = admit.Health
 	PoolHealth      = pool.Health
@@ -48,6 +49,10 @@ const (
 	DrainDraining   = drain.Draining
 	DrainUnassigned = drain.Unassigned
 )
+
+// LaneModes lists the lane modes (LaneView.Mode, LaneHealth.Mode): budget,
+// signalled, adaptive, static.
+var LaneModes = dispatch.Modes
 
 // WithTenant returns ctx carrying the authenticated tenant's name.
 func WithTenant(ctx context.Context, name string) context.Context { return tenant.With(ctx, name) }

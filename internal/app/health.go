@@ -76,6 +76,10 @@ type LaneHealth struct {
 	Circuit CircuitHealth `json:"circuit"`
 	// Paused is true while an operator has the lane paused.
 	Paused bool `json:"paused"`
+	// Mode names what holds the lane's pace: static, signalled, budget or
+	// adaptive; ModeReason says why.
+	Mode       string `json:"mode"`
+	ModeReason string `json:"mode_reason,omitempty"`
 }
 
 // PausedLane is an operator's pause of a destination. SinceMS is Unix
@@ -136,7 +140,7 @@ func (s *Service) Health(ctx context.Context) *Health {
 		h.Lanes = append(h.Lanes, LaneHealth{Lane: string(l.Upstream), RPS: l.RPS, MaxConcurrent: l.MaxConcurrent,
 			CeilingRPS: l.CeilingRPS, CeilingMaxConcurrent: l.CeilingMaxConcurrent, AccountQueues: s.AccountQueues(l.Upstream),
 			Queues: l.Queues, PausedQueues: l.PausedQueues, InFlight: l.InFlight, Buffered: l.Buffered,
-			Circuit: circuitHealth(l.Circuit)})
+			Circuit: circuitHealth(l.Circuit), Mode: l.Mode, ModeReason: l.ModeReason})
 		_, h.Lanes[len(h.Lanes)-1].Paused = s.d.Paused(l.Upstream)
 	}
 	for _, p := range s.d.Pauses() {

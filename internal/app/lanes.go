@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/aquiferhq/aquifer/internal/app/dispatch"
 	tenantpkg "github.com/aquiferhq/aquifer/internal/app/tenant"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
@@ -30,6 +31,11 @@ type LaneView struct {
 	// (domain.Signal*), "" at the ceiling; PacedAt is when it last moved.
 	PacedBy string
 	PacedAt time.Time
+	// Mode names what holds the pace now: static, signalled, budget or
+	// adaptive (dispatch.Mode*); ModeReason says why, in words. A lane
+	// that is not live here is static at its configured ceiling.
+	Mode       string
+	ModeReason string
 	// HeldUntil: a 503 with Retry-After holds the whole lane until then.
 	HeldUntil time.Time
 	// Backlog is how many of the caller's jobs to the destination are
@@ -113,11 +119,13 @@ func (s *Service) lane(ctx context.Context, u domain.UpstreamKey) (*LaneView, er
 	rate := s.cfg.Rates.For(u)
 	v := &LaneView{Destination: u, CeilingRPS: rate.RPS, CeilingMaxConcurrent: rate.MaxConcurrent,
 		RPS: rate.RPS, MaxConcurrent: rate.MaxConcurrent, AccountQueues: s.d.AccountQueues(u), HeldBy: s.d.HeldElsewhere(u)}
+	v.Mode = dispatch.ModeStatic
 	operator := tenantpkg.Operator(ctx)
 	if det, ok := s.d.LaneDetail(ctx, u); ok {
 		v.Live = true
 		v.CeilingRPS, v.CeilingMaxConcurrent = det.CeilingRPS, det.CeilingMaxConcurrent
 		v.RPS, v.MaxConcurrent, v.PacedBy, v.PacedAt, v.HeldUntil = det.RPS, det.MaxConcurrent, det.PacedBy, det.PacedAt, det.HeldUntil
+		v.Mode, v.ModeReason = det.Mode, det.ModeReason
 		v.InFlight, v.Buffered, v.Circuit = det.InFlight, det.Buffered, det.Circuit
 		if operator {
 			v.LastError, v.LastErrorAt, v.Queues = det.LastError, det.LastErrorAt, det.Queues

@@ -752,6 +752,12 @@ func parseRate(where string, raw any, inherit domain.Rate) (domain.Rate, error) 
 			rate.RPS, err = parseFloat(fmt.Sprint(val))
 		case "max_concurrent":
 			rate.MaxConcurrent, err = parseInt(fmt.Sprint(val), 1, 1_000_000)
+
+		case "budget_pacing":
+			var on bool
+			on, err = parseBool(fmt.Sprint(val))
+			rate.NoBudget = !on
+
 		default:
 			err = errors.New("unknown key")
 		}

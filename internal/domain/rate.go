@@ -14,6 +14,12 @@ const MinRPS = 0.5
 type Rate struct {
 	RPS           float64
 	MaxConcurrent int
+
+	// NoBudget turns budget pacing off (YAML budget_pacing: false): the
+	// lane no longer spreads a rate-limit window's remaining requests over
+	// the time to its reset, and only an exhausted window (remaining 0)
+	// pauses it. Budget pacing is on by default.
+	NoBudget bool
 }
 
 // DefaultRate is the built-in pace for upstreams with no configuration.

@@ -40,6 +40,19 @@
 //
 // Every pause (Retry-After, ResetIn) is clamped to [0, MaxPause] (one hour).
 //
+// ParseBudget reads the same families at any remaining count (with their
+// limit headers) into Signals.Budget: the tightest window, the one allowing
+// the fewest requests per second to its reset.
+//
+// # Budget
+//
+// A BudgetPacer spreads a window's remaining requests over the time to its
+// reset: rate = (left − reserve) ÷ time left, capped at the ceiling, where
+// left counts requests in flight and every start since the last report,
+// and the reserve (5 % of the limit, at least 1) is never spent — so
+// Aquifer's own traffic never takes remaining to 0. When the reset passes
+// one request probes the next window before the rest go.
+//
 // # Pace
 //
 // A Pace starts at its ceiling (the configured rps and max_concurrent). For

@@ -83,6 +83,9 @@ type Signals struct {
 	// ResetSource is the family that produced ResetIn: "github", "openai" or
 	// "ietf"; "" when ResetIn is 0.
 	ResetSource string
+	// Budget is the tightest rate-limit window the response reports, at
+	// any remaining count (ParseBudget); its zero value when none.
+	Budget Budget
 }
 
 // ParseSignals reads every signal from one response. status is the HTTP
@@ -117,6 +120,7 @@ func ParseSignals(status int, h http.Header, now time.Time) Signals {
 	if d, src, ok := ParseRateLimit(h, now); ok {
 		s.ResetIn, s.ResetSource = d, src
 	}
+	s.Budget = ParseBudget(h, now)
 	return s
 }
 

@@ -439,10 +439,13 @@ func TestParseSignals(t *testing.T) {
 		{"retry-after on 301 ignored", 301, hdr("Retry-After", "7"), pacing.Signals{}},
 
 		// Rate-limit families on any status.
-		{"ratelimit on 200", 200, hdr("RateLimit", `"default";r=0;t=5`), pacing.Signals{ResetIn: 5 * time.Second, ResetSource: "ietf"}},
+		{"ratelimit on 200", 200, hdr("RateLimit", `"default";r=0;t=5`), pacing.Signals{ResetIn: 5 * time.Second, ResetSource: "ietf",
+			Budget: pacing.Budget{ResetIn: 5 * time.Second, Source: "ietf"}}},
 		{"ratelimit on 429 with retry-after", 429, hdr("Retry-After", "2", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(9*time.Second)),
-			pacing.Signals{RetryAfter: 2 * time.Second, ResetIn: 9 * time.Second, ResetSource: "github"}},
-		{"ratelimit not exhausted", 200, hdr("RateLimit", `"default";r=1;t=5`), pacing.Signals{}},
+			pacing.Signals{RetryAfter: 2 * time.Second, ResetIn: 9 * time.Second, ResetSource: "github",
+				Budget: pacing.Budget{ResetIn: 9 * time.Second, Source: "github"}}},
+		{"ratelimit not exhausted", 200, hdr("RateLimit", `"default";r=1;t=5`),
+			pacing.Signals{Budget: pacing.Budget{Remaining: 1, ResetIn: 5 * time.Second, Source: "ietf"}}},
 
 		// Everything at once.
 		{"all", 503, hdr(
@@ -451,7 +454,8 @@ func TestParseSignals(t *testing.T) {
 			"Endpoint-Load-Metrics", "TEXT named_metrics.kv_cache_usage_perc=0.91",
 			"Retry-After", "3",
 			"x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "4s",
-		), pacing.Signals{RPS: 1.5, MaxConcurrent: 2, Utilization: 0.91, HasUtilization: true, RetryAfter: 3 * time.Second, ResetIn: 4 * time.Second, ResetSource: "openai"}},
+		), pacing.Signals{RPS: 1.5, MaxConcurrent: 2, Utilization: 0.91, HasUtilization: true, RetryAfter: 3 * time.Second, ResetIn: 4 * time.Second, ResetSource: "openai",
+			Budget: pacing.Budget{ResetIn: 4 * time.Second, Source: "openai"}}},
 	}
 	for _, tc := range tests {
 		got := pacing.ParseSignals(tc.status, tc.h, t0)
@@ -479,7 +483,8 @@ func TestParseSignalsRawResponse(t *testing.T) {
 	defer resp.Body.Close()
 	got := pacing.ParseSignals(resp.StatusCode, resp.Header, t0)
 	want := pacing.Signals{RPS: 0.75, MaxConcurrent: 2, Utilization: 0.95, HasUtilization: true,
-		RetryAfter: 12 * time.Second, ResetIn: 20 * time.Second, ResetSource: "ietf"}
+		RetryAfter: 12 * time.Second, ResetIn: 20 * time.Second, ResetSource: "ietf",
+		Budget: pacing.Budget{Limit: 10, ResetIn: 20 * time.Second, Source: "ietf"}}
 	if got != want {
 		t.Errorf("ParseSignals = %+v\nwant %+v", got, want)
 	}
@@ -496,7 +501,8 @@ func TestParseSignalsDeterministic(t *testing.T) {
 		"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(3*time.Second),
 	)
 	first := pacing.ParseSignals(429, h, t0)
-	want := pacing.Signals{Utilization: 0.91, HasUtilization: true, ResetIn: 3 * time.Second, ResetSource: "github"}
+	want := pacing.Signals{Utilization: 0.91, HasUtilization: true, ResetIn: 3 * time.Second, ResetSource: "github",
+		Budget: pacing.Budget{ResetIn: 3 * time.Second, Source: "github"}}
 	if first != want {
 		t.Fatalf("ParseSignals = %+v\nwant %+v", first, want)
 	}

@@ -74,6 +74,9 @@ type Pools interface {
 	Unpick(poolID, memberID string)
 	// Record releases a member's slot with what its attempt found out.
 	Record(poolID, memberID string, o pool.Outcome)
+	// BudgetReason says which members' rate-limit budgets hold their share
+	// of the pool below their pace ("" when none does): the lane's mode.
+	BudgetReason(poolID string) string
 }
 
 // Tenants is what dispatch needs to know about API-key tenants
@@ -111,6 +114,7 @@ func (noPools) Pick(string, string) (string, string, float64, time.Duration, boo
 }
 func (noPools) Unpick(string, string)               {}
 func (noPools) Record(string, string, pool.Outcome) {}
+func (noPools) BudgetReason(string) string          { return "" }
 
 type noTenants struct{}
 

@@ -401,6 +401,10 @@ type LaneStats struct {
 	Queues               int // the shared queue and tenant queues with work
 	PausedQueues         int // queues waiting out a 429 / rate-limit reset
 	Circuit              CircuitStats
+	// Mode names what holds the pace now (ModeStatic, ModeSignalled,
+	// ModeBudget, ModeAdaptive); ModeReason says why, in words.
+	Mode       string
+	ModeReason string
 }
 
 func (d *Dispatcher) Stats() []LaneStats {

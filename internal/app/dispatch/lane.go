@@ -90,6 +90,17 @@ type lane struct {
 	lastError   string
 	lastErrorAt time.Time
 
+	// Budget pacing (on unless the upstream's budget_pacing is false): each
+	// queue of a URL lane spreads its rate-limit window over the time to the
+	// reset (queue.budget); a pool's members do so in the pool registry.
+	noBudget bool
+	// adaptiveReason is set by adaptive concurrency while it holds the
+	// lane's concurrency: why, in words ("" when it does not; mode reads it).
+	adaptiveReason string
+	// The mode as last published (cachedMode), and when it was worked out.
+	modeName, modeReason string
+	modeAt               time.Time
+
 	mu       sync.Mutex // guards snapshot
 	snapshot LaneStats
 }
@@ -126,6 +137,7 @@ func newLane(d *Dispatcher, u domain.UpstreamKey) *lane {
 		limiter:  pacing.NewLimiter(pace.RPS()),
 		gate:     pacing.NewGate(pace.MaxConcurrent()),
 		queues:   make(map[domain.QueueKey]*queue),
+		noBudget: ceiling.NoBudget || u.IsPool(),
 	}
 	l.setRate(pace.RPS())
 	return l
@@ -267,6 +279,9 @@ func (l *lane) run(ctx context.Context) {
 			fn()
 		case o := <-l.seen:
 			l.observeResponse(l.queue(o.queue), o.status, o.signals, clock.Now())
+			if q := l.queue(o.queue); q.budget != nil {
+				q.budget.Observe(clock.Now(), o.signals.Budget) // a request sent around the lane spent budget too
+			}
 			if o.status == http.StatusTooManyRequests && o.signals.RetryAfter > 0 {
 				q := l.queue(o.queue)
 				q.pause(clock.Now().Add(o.signals.RetryAfter))
@@ -287,6 +302,10 @@ func (l *lane) queue(key domain.QueueKey) *queue {
 		}
 		if r, ok := l.d.tenants.QueueCap(key); ok {
 			q.limiter, q.maxRunning = pacing.NewLimiter(r.RPS), r.MaxConcurrent
+		}
+		if !l.noBudget {
+			ceilRPS, _ := l.pace.Ceiling()
+			q.budget, q.budgeted = pacing.NewBudgetPacer(ceilRPS), make(map[int64]struct{})
 		}
 		l.queues[key] = q
 		l.order = append(l.order, q)
@@ -458,6 +477,10 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 		if probe {
 			l.outage.startProbe()
 		}
+		if q.budget != nil {
+			q.budget.Start(now)
+			q.budgeted[j.ReadySeq] = struct{}{}
+		}
 		l.d.startAttempt(l, q.key, j, flowRate, member, target, probe)
 	}
 	return 0
@@ -524,7 +547,7 @@ func (l *lane) pick(now time.Time) *queue {
 		for h := q.head(); h != nil && (h.Expired(now) || l.d.isCanceled(h)); h = q.head() {
 			q.forget(q.pop())
 		}
-		if q.head() != nil && !now.Before(q.pausedUntil) && q.underCap(now) {
+		if q.head() != nil && !now.Before(q.pausedUntil) && q.underCap(now) && q.underBudget(now) {
 			l.next = (l.next + i + 1) % n
 			return q
 		}
@@ -553,6 +576,10 @@ func (l *lane) complete(o *outcome, now time.Time) {
 			delete(q.avoid, o.job.ReadySeq)
 		}
 		return
+	}
+	if _, counted := q.budgeted[o.job.ReadySeq]; counted {
+		delete(q.budgeted, o.job.ReadySeq)
+		q.budget.Finish(now, o.signals.Budget, o.observed)
 	}
 	if o.failed && o.reason != "" {
 		l.lastError, l.lastErrorAt = o.reason, now
@@ -718,13 +745,14 @@ func (l *lane) publishStats(now time.Time) {
 	}
 	ceilRPS, ceilConc := l.pace.Ceiling()
 	circuit := l.outage.stats()
+	mode, reason := l.cachedMode(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.snapshot = LaneStats{
 		Upstream: l.upstream, RPS: l.pace.RPS(), MaxConcurrent: l.pace.MaxConcurrent(),
 		CeilingRPS: ceilRPS, CeilingMaxConcurrent: ceilConc,
 		InFlight: l.gate.Running(), Buffered: buffered, Queues: len(l.order), PausedQueues: paused,
-		Circuit: circuit,
+		Circuit: circuit, Mode: mode, ModeReason: reason,
 	}
 }
 
@@ -758,7 +786,12 @@ type queue struct {
 	// limiter nil otherwise.
 	limiter    *pacing.Limiter
 	maxRunning int
-	idleSince  time.Time
+	// budget spreads the destination's rate-limit window for this queue's
+	// credentials (nil with budget pacing off); budgeted holds the ReadySeq
+	// of each attempt it counted, so only those end it (an expiry does not).
+	budget    *pacing.BudgetPacer
+	budgeted  map[int64]struct{}
+	idleSince time.Time
 }
 
 // stream is the ready work of one priority of a queue, FIFO.
@@ -820,6 +853,16 @@ func (st *stream) markStale(floor int64) {
 // attempt now (always true for other queues).
 func (q *queue) underCap(now time.Time) bool {
 	return q.limiter == nil || (q.running < q.maxRunning && q.limiter.Wait(now) == 0)
+}
+
+// underBudget reports whether the queue's rate-limit budget lets one more
+// attempt start now (always true without budget pacing).
+func (q *queue) underBudget(now time.Time) bool {
+	if q.budget == nil {
+		return true
+	}
+	_, ok := q.budget.Wait(now)
+	return ok
 }
 
 // forget drops finished work from the queue's memory. A read of its stream
@@ -951,6 +994,10 @@ func (q *queue) nextWake(now time.Time, idleTimeout time.Duration) time.Duration
 	}
 	if waiting && q.limiter != nil {
 		w = minPositive(w, q.limiter.Wait(now))
+	}
+	if waiting && q.budget != nil {
+		wait, _ := q.budget.Wait(now) // 0 when it waits for an attempt to end, which wakes the lane
+		w = minPositive(w, wait)
 	}
 	if q.idle() && !q.idleSince.IsZero() {
 		w = minPositive(w, max(idleTimeout-now.Sub(q.idleSince), time.Millisecond))

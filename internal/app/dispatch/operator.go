@@ -168,6 +168,20 @@ type QueueDetail struct {
 	// OldestBuffered is when the oldest work the queue holds in memory
 	// entered its phase (zero: none held).
 	OldestBuffered time.Time
+	// Budget is the rate-limit window the queue paces to (nil: none known,
+	// or budget pacing off).
+	Budget *QueueBudget
+}
+
+// QueueBudget is a queue's rate-limit window as budget pacing sees it.
+type QueueBudget struct {
+	// Left is the estimate of the requests left (reported remaining, less
+	// what was in flight and started since), Limit the window's size.
+	Left, Limit float64
+	ResetAt     time.Time
+	Source      string  // the header family: github, openai or ietf
+	RPS         float64 // the pace the budget allows now
+	Holding     bool    // only the reserve is left: nothing starts until the reset
 }
 
 // LaneDetail returns u's lane detail, read on the lane's goroutine; false
@@ -198,6 +212,7 @@ func (d *Dispatcher) LaneDetail(ctx context.Context, u domain.UpstreamKey) (Lane
 
 // detail runs on the lane's goroutine.
 func (l *lane) detail(now time.Time) LaneDetail {
+	l.modeAt = time.Time{} // the mode as it is now, not as last published
 	l.publishStats(now)
 	det := LaneDetail{LaneStats: l.stats(), LastError: l.lastError, LastErrorAt: l.lastErrorAt}
 	if ceilRPS, ceilConc := l.pace.Ceiling(); l.pace.RPS() < ceilRPS || l.pace.MaxConcurrent() < ceilConc {
@@ -213,6 +228,12 @@ func (l *lane) detail(now time.Time) LaneDetail {
 		}
 		if q.limiter != nil {
 			qd.CapRPS, qd.CapMaxConcurrent = q.limiter.Rate(), q.maxRunning
+		}
+		if q.budget != nil {
+			if st := q.budget.State(now); st.Active {
+				qd.Budget = &QueueBudget{Left: st.Left, Limit: st.Limit, ResetAt: now.Add(st.ResetIn), Source: st.Source,
+					RPS: st.RPS, Holding: st.Holding}
+			}
 		}
 		for c := range q.streams {
 			for _, j := range q.streams[c].window {

@@ -6,6 +6,7 @@ package pool
 
 import (
 	"container/heap"
+	"fmt"
 	"math"
 	"sort"
 	"sync"
@@ -36,8 +37,14 @@ const (
 // by a virtual position; a pick takes the member with the smallest position
 // and advances it by 1/weight, so over time each member gets picks in
 // proportion to its weight — declared capacity × reputation, lowered further
-// by the member's own pacing signals. The pool's lane runs at the sum of the
-// weights, so each member receives about its own effective rate.
+// by the member's own pacing signals and by its rate-limit quota (weight).
+// The pool's lane runs at the sum of the weights, so each member receives
+// about its own effective rate.
+//
+// A member whose answers report a rate-limit budget (X-RateLimit-*,
+// RateLimit, x-ratelimit-*) has its own pacing.BudgetPacer: it is not
+// picked while its budget says wait (spacing, or only the reserve left),
+// and its weight follows what it has left.
 //
 // All methods are safe for concurrent use.
 type Registry struct {
@@ -79,6 +86,8 @@ type member struct {
 	vpos        float64
 	index       int // in the heap
 	pace        *pacing.Pace
+	budget      *pacing.BudgetPacer // the member's rate-limit window
+	step        float64             // the last pick's advance of vpos, for Unpick
 	pausedUntil time.Time
 	inFlight    int
 	picks       int64
@@ -95,9 +104,33 @@ func New(now func() time.Time, onChange func(string)) *Registry {
 func (m *member) maxConcurrent() int { return m.pace.MaxConcurrent() }
 
 // weight is the member's effective rate: its own pace (declared capacity,
-// lowered by its signals) times its reputation.
-func (m *member) weight() float64 {
-	return max(math.Min(m.declared, m.pace.RPS())*m.reputation, minWeight)
+// lowered by its signals), never above what its rate-limit budget allows
+// now ((left − reserve) ÷ time to the reset), times its reputation. While
+// quotas are what bound the members, they get picks in proportion to the
+// quota each has left (per unit of time to its reset); a member with more
+// quota than it can use at its pace runs at its pace. (Scaling capacity by
+// the share of the window left instead would starve every member towards
+// the end of its window, when little is left but little time remains.) A
+// member reporting no budget is bound by its pace alone.
+func (m *member) weight(now time.Time) float64 {
+	pace := math.Min(m.declared, m.pace.RPS())
+	return max(math.Min(pace, m.budget.Rate(now))*m.reputation, minWeight)
+}
+
+// newMember returns a member at full reputation with its pace and budget
+// at the declared capacity.
+func newMember(id, address string, capacity float64, interval time.Duration, lastSeen time.Time, vpos float64) *member {
+	return &member{id: id, address: address, declared: capacity, interval: interval, reputation: 1, lastSeen: lastSeen,
+		vpos: vpos, pace: pacing.NewPace(pacing.PaceConfig{RPS: capacity, MaxConcurrent: memberConcurrency(capacity)}),
+		budget: pacing.NewBudgetPacer(capacity)}
+}
+
+// setCapacity changes the member's declared capacity: its pace's and its
+// budget's ceilings follow.
+func (m *member) setCapacity(capacity float64) {
+	m.declared = capacity
+	m.pace.SetCeiling(capacity, memberConcurrency(capacity))
+	m.budget.SetCeiling(capacity)
 }
 
 // Register adds a member or, for a known one, records a heartbeat: address,
@@ -115,8 +148,7 @@ func (p *Registry) Register(r *domain.MemberRegistration) bool {
 	if known {
 		m.address, m.interval, m.lastSeen = r.Address, r.HeartbeatInterval, now
 		if m.declared != r.CapacityRPS {
-			m.declared = r.CapacityRPS
-			m.pace.SetCeiling(r.CapacityRPS, memberConcurrency(r.CapacityRPS))
+			m.setCapacity(r.CapacityRPS)
 		}
 		ceiling := 1.0
 		if m.probation > 0 {
@@ -124,9 +156,7 @@ func (p *Registry) Register(r *domain.MemberRegistration) bool {
 		}
 		m.reputation = math.Min(ceiling, m.reputation*repHeartbeat)
 	} else {
-		m = &member{id: r.MemberID, address: r.Address, declared: r.CapacityRPS, interval: r.HeartbeatInterval,
-			reputation: 1, lastSeen: now, vpos: pl.minVpos(),
-			pace: pacing.NewPace(pacing.PaceConfig{RPS: r.CapacityRPS, MaxConcurrent: memberConcurrency(r.CapacityRPS)})}
+		m = newMember(r.MemberID, r.Address, r.CapacityRPS, r.HeartbeatInterval, now, pl.minVpos())
 		if pr, ok := p.probation[r.PoolID+"/"+r.MemberID]; ok && now.Before(pr.until) {
 			// Evicted for failing not long ago: trusted again gradually, so a
 			// member that is alive but broken cannot take a full share back
@@ -187,16 +217,17 @@ func (p *Registry) Capacity(poolID string) (rps float64, maxConcurrent, members 
 		if now.Before(m.pausedUntil) {
 			continue
 		}
-		rps += m.weight()
+		rps += m.weight(now)
 		maxConcurrent += m.maxConcurrent()
 	}
 	return rps, maxConcurrent, len(pl.members)
 }
 
 // Pick chooses the member for the next job: the smallest virtual position
-// among members that are not paused and have a free slot, preferring anyone
-// but avoid (the member a retry just failed on). ok is false when nobody can
-// take a job now; wait then says when a pause ends (0: on a completion or a
+// among members that are not paused, have a free slot and whose rate-limit
+// budget lets a request start, preferring anyone but avoid (the member a
+// retry just failed on). ok is false when nobody can take a job now; wait
+// then says when a pause or a budget's wait ends (0: on a completion or a
 // registration).
 func (p *Registry) Pick(poolID, avoid string) (id, address string, rate float64, wait time.Duration, ok bool) {
 	now := p.now()
@@ -219,6 +250,14 @@ func (p *Registry) Pick(poolID, avoid string) (id, address string, rate float64,
 			continue
 		case m.inFlight >= m.maxConcurrent():
 			continue
+		}
+		if w, ok := m.budget.Wait(now); !ok {
+			if w > 0 && (wait == 0 || w < wait) {
+				wait = w
+			}
+			continue
+		}
+		switch {
 		case m.id == avoid:
 			avoided = m
 			continue
@@ -235,11 +274,14 @@ func (p *Registry) Pick(poolID, avoid string) (id, address string, rate float64,
 	if chosen == nil {
 		return "", "", 0, wait, false
 	}
-	chosen.vpos += 1 / chosen.weight()
+	w := chosen.weight(now)
+	chosen.step = 1 / w
+	chosen.vpos += chosen.step
 	heap.Fix(&pl.heap, chosen.index)
 	chosen.inFlight++
 	chosen.picks++
-	return chosen.id, chosen.address, chosen.weight(), 0, true
+	chosen.budget.Start(now)
+	return chosen.id, chosen.address, w, 0, true
 }
 
 // Unpick undoes a pick whose job could not start after all (the pool's
@@ -254,9 +296,40 @@ func (p *Registry) Unpick(poolID, memberID string) {
 	if m := pl.members[memberID]; m != nil {
 		m.inFlight = max(m.inFlight-1, 0)
 		m.picks--
-		m.vpos -= 1 / m.weight()
+		m.vpos -= m.step
+		m.step = 0
+		m.budget.Cancel()
 		heap.Fix(&pl.heap, m.index)
 	}
+}
+
+// BudgetReason describes the members whose rate-limit budget holds them
+// below their own pace: how many, and the tightest in words ("" when
+// none).
+func (p *Registry) BudgetReason(poolID string) string {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl := p.byID[poolID]
+	if pl == nil {
+		return ""
+	}
+	var tight pacing.BudgetState
+	tightID, held := "", 0
+	for _, m := range pl.members {
+		st := m.budget.State(now)
+		if !st.Active || (!st.Holding && st.RPS >= math.Min(m.declared, m.pace.RPS())) {
+			continue
+		}
+		held++
+		if tightID == "" || st.RPS < tight.RPS || st.RPS == tight.RPS && m.id < tightID {
+			tight, tightID = st, m.id
+		}
+	}
+	if held == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s; member %s the tightest of %d of %d members on a budget", tight.Reason(), tightID, held, len(pl.members))
 }
 
 // Outcome is what an attempt on a member found out.
@@ -284,6 +357,7 @@ func (p *Registry) Record(poolID, memberID string, o Outcome) {
 		return // it left meanwhile
 	}
 	m.inFlight = max(m.inFlight-1, 0)
+	m.budget.Finish(now, o.Signals.Budget, o.Observed)
 	if o.Observed {
 		m.pace.Observe(o.Signals)
 		if o.Signals.ResetIn > 0 {
@@ -394,6 +468,9 @@ type MemberHealth struct {
 	Picks          int64   `json:"picks"`
 	Successes      int64   `json:"successes"`
 	Failures       int64   `json:"failures"`
+	// Budget is the member's rate-limit window in words ("budget: 37 of
+	// 100 left, resets in 6.2s (github)"), when its answers report one.
+	Budget string `json:"budget,omitempty"`
 }
 
 // Health describes one pool.
@@ -412,11 +489,12 @@ func (p *Registry) Snapshot() map[string]Health {
 		for _, m := range pl.members {
 			paused := now.Before(m.pausedUntil)
 			mh := MemberHealth{ID: m.id, Address: domain.RedactURL(m.address), DeclaredRPS: m.declared,
-				Reputation: math.Round(m.reputation*1e4) / 1e4, EffectiveRPS: math.Round(m.weight()*100) / 100,
+				Reputation: math.Round(m.reputation*1e4) / 1e4, EffectiveRPS: math.Round(m.weight(now)*100) / 100,
 				MaxConcurrent: m.maxConcurrent(), InFlight: m.inFlight, Paused: paused,
 				HeartbeatAgeMS: now.Sub(m.lastSeen).Milliseconds(), Picks: m.picks, Successes: m.successes, Failures: m.failures}
+			mh.Budget = m.budget.State(now).Reason()
 			if !paused {
-				ph.TotalCapacityRPS += m.weight()
+				ph.TotalCapacityRPS += m.weight(now)
 			}
 			ph.Members = append(ph.Members, mh)
 		}

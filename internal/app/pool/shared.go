@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
-	"github.com/aquiferhq/aquifer/internal/pacing"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
 
@@ -199,9 +198,7 @@ func (p *Registry) Merge(rows []ports.PoolMember, holds func(string) bool) (stal
 
 // memberFromRow makes a registry member from a store row.
 func (p *Registry) memberFromRow(pl *pool, r ports.PoolMember, authority bool) *member {
-	m := &member{id: r.MemberID, address: r.Address, declared: r.CapacityRPS, interval: r.HeartbeatInterval,
-		reputation: 1, lastSeen: r.LastSeen, vpos: pl.minVpos(),
-		pace: pacing.NewPace(pacing.PaceConfig{RPS: r.CapacityRPS, MaxConcurrent: memberConcurrency(r.CapacityRPS)})}
+	m := newMember(r.MemberID, r.Address, r.CapacityRPS, r.HeartbeatInterval, r.LastSeen, pl.minVpos())
 	if m.interval <= 0 {
 		m.interval = domain.DefaultHeartbeatInterval
 	}
@@ -224,8 +221,7 @@ func (p *Registry) heartbeatLocked(m *member, r ports.PoolMember) {
 		m.interval = r.HeartbeatInterval
 	}
 	if m.declared != r.CapacityRPS {
-		m.declared = r.CapacityRPS
-		m.pace.SetCeiling(r.CapacityRPS, memberConcurrency(r.CapacityRPS))
+		m.setCapacity(r.CapacityRPS)
 	}
 	ceiling := 1.0
 	if m.probation > 0 {
@@ -248,7 +244,7 @@ func mirrorRow(m *member, r ports.PoolMember) {
 	if rps <= 0 {
 		rps = r.CapacityRPS
 	}
-	m.pace.SetCeiling(r.CapacityRPS, memberConcurrency(r.CapacityRPS))
+	m.setCapacity(r.CapacityRPS)
 	m.pace.Restore(math.Min(r.CapacityRPS, rps/math.Max(m.reputation, minWeight)), memberConcurrency(r.CapacityRPS))
 }
 
@@ -266,7 +262,7 @@ func (p *Registry) Export(holds func(string) bool) []ports.PoolMember {
 		for _, m := range pl.members {
 			out = append(out, ports.PoolMember{PoolID: id, MemberID: m.id, Address: m.address, CapacityRPS: m.declared,
 				HeartbeatInterval: m.interval, LastSeen: m.lastSeen, Reputation: m.reputation, Probation: m.probation,
-				EffectiveRPS: m.weight(), InFlight: m.inFlight, Paused: now.Before(m.pausedUntil),
+				EffectiveRPS: m.weight(now), InFlight: m.inFlight, Paused: now.Before(m.pausedUntil),
 				Picks: m.picks, Successes: m.successes, Failures: m.failures})
 		}
 	}

@@ -17,9 +17,9 @@ func lanePath(dest string) string { return "/lanes/" + url.QueryEscape(dest) }
 func requireLane(t *testing.T, what string, l map[string]any) {
 	t.Helper()
 	always := []string{"destination", "ceiling", "pace", "backlog", "in_flight", "buffered", "account_queues", "queues",
-		"paused", "circuit", "live"}
+		"paused", "circuit", "live", "mode"}
 	optional := map[string]bool{"held_until": true, "oldest_queued_at": true, "oldest_queued_age_seconds": true,
-		"last_error": true, "last_error_at": true, "held_by": true}
+		"last_error": true, "last_error_at": true, "held_by": true, "mode_reason": true}
 	for _, k := range always {
 		if _, ok := l[k]; !ok {
 			t.Fatalf("%s: lane view lacks %q: %v", what, k, l)
@@ -29,6 +29,11 @@ func requireLane(t *testing.T, what string, l map[string]any) {
 		if !optional[k] && !strings.Contains(","+strings.Join(always, ",")+",", ","+k+",") {
 			t.Fatalf("%s: lane view has unexpected field %q: %v", what, k, l)
 		}
+	}
+	switch l["mode"] {
+	case "static", "signalled", "budget", "adaptive":
+	default:
+		t.Fatalf("%s: lane mode %v is none of static, signalled, budget, adaptive", what, l["mode"])
 	}
 	requireKeys(t, what+" ceiling", l["ceiling"].(map[string]any), "rps", "max_concurrent")
 	if _, ok := l["circuit"].(map[string]any)["state"]; !ok {

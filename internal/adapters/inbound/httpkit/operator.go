@@ -170,6 +170,8 @@ type LaneJSON struct {
 	Destination string   `json:"destination" jsonschema:"scheme://host:port, or pool:<pool_id>."`
 	Ceiling     RateJSON `json:"ceiling" jsonschema:"The configured ceiling (a pool's: its members' live capacity)."`
 	Pace        PaceJSON `json:"pace" jsonschema:"The pace now, and the signal that set it."`
+	Mode        string   `json:"mode" jsonschema:"What holds the pace now: static, signalled, budget or adaptive."`
+	ModeReason  string   `json:"mode_reason,omitempty" jsonschema:"Why, in words: e.g. budget: 37 of 100 left, resets in 6.2s (github), pacing 5.3 rps."`
 	HeldUntil   int64    `json:"held_until,omitempty" jsonschema:"A 503 with Retry-After holds the whole lane until then (Unix ms)."`
 	Backlog     int64    `json:"backlog" jsonschema:"Jobs to the destination waiting in the store (the caller's own, for a tenant)."`
 	InFlight    int      `json:"in_flight"`
@@ -212,6 +214,19 @@ type QueueJSON struct {
 	PausedBy         string  `json:"paused_by,omitempty"`
 	CapRPS           float64 `json:"cap_rps,omitempty" jsonschema:"The tenant's configured cap on the destination."`
 	CapMaxConcurrent int     `json:"cap_max_concurrent,omitempty"`
+	// Budget is the rate-limit window the queue paces to, when its answers
+	// report one and budget pacing is on.
+	Budget *QueueBudgetJSON `json:"budget,omitempty" jsonschema:"The rate-limit window the queue paces to (budget pacing)."`
+}
+
+// QueueBudgetJSON is a queue's rate-limit window as budget pacing sees it.
+type QueueBudgetJSON struct {
+	Left    float64 `json:"left" jsonschema:"Requests left: the reported remaining, less those in flight and started since."`
+	Limit   float64 `json:"limit" jsonschema:"The window's size (reported, else the most seen remaining)."`
+	ResetAt int64   `json:"reset_at" jsonschema:"When the window resets (Unix ms)."`
+	Source  string  `json:"source" jsonschema:"github, openai or ietf."`
+	RPS     float64 `json:"rps" jsonschema:"The pace the budget allows now: (left - reserve) / time to the reset."`
+	Holding bool    `json:"holding,omitempty" jsonschema:"Only the reserve is left: nothing starts until the reset."`
 }
 
 // PauseJSON is an operator's pause of a lane.
@@ -225,8 +240,9 @@ type PauseJSON struct {
 // the caller names it; another tenant's as pool:<tenant>/<id>.
 func NewLaneJSON(v *app.LaneView, caller string, now time.Time) LaneJSON {
 	out := LaneJSON{Destination: LaneName(v.Destination, caller),
-		Ceiling:   RateJSON{RPS: v.CeilingRPS, MaxConcurrent: v.CeilingMaxConcurrent},
-		Pace:      PaceJSON{RPS: v.RPS, MaxConcurrent: v.MaxConcurrent, PacedBy: v.PacedBy, Since: unixMilli(v.PacedAt)},
+		Ceiling: RateJSON{RPS: v.CeilingRPS, MaxConcurrent: v.CeilingMaxConcurrent},
+		Pace:    PaceJSON{RPS: v.RPS, MaxConcurrent: v.MaxConcurrent, PacedBy: v.PacedBy, Since: unixMilli(v.PacedAt)},
+		Mode:    v.Mode, ModeReason: v.ModeReason,
 		HeldUntil: unixMilli(v.HeldUntil), Backlog: v.Backlog, InFlight: v.InFlight, Buffered: v.Buffered,
 		OldestQueuedAt: unixMilli(v.OldestQueued), LastError: v.LastError, LastErrorAt: unixMilli(v.LastErrorAt),
 		AccountQueues: v.AccountQueues, Queues: make([]QueueJSON, 0, len(v.Queues)), Circuit: circuitJSON(v.Circuit),
@@ -235,9 +251,14 @@ func NewLaneJSON(v *app.LaneView, caller string, now time.Time) LaneJSON {
 		out.OldestQueuedAgeSeconds = max(math.Round(now.Sub(v.OldestQueued).Seconds()*1000)/1000, 0)
 	}
 	for _, q := range v.Queues {
-		out.Queues = append(out.Queues, QueueJSON{Queue: strings.ReplaceAll(string(q.Queue), "\x1f", "/"),
+		qj := QueueJSON{Queue: strings.ReplaceAll(string(q.Queue), "\x1f", "/"),
 			Buffered: q.Buffered, Running: q.Running, PausedUntil: unixMilli(q.PausedUntil), PausedBy: q.PausedBy,
-			CapRPS: q.CapRPS, CapMaxConcurrent: q.CapMaxConcurrent})
+			CapRPS: q.CapRPS, CapMaxConcurrent: q.CapMaxConcurrent}
+		if b := q.Budget; b != nil {
+			qj.Budget = &QueueBudgetJSON{Left: b.Left, Limit: b.Limit, ResetAt: unixMilli(b.ResetAt), Source: b.Source,
+				RPS: math.Round(b.RPS*1000) / 1000, Holding: b.Holding}
+		}
+		out.Queues = append(out.Queues, qj)
 	}
 	if p := v.Paused; p != nil {
 		out.Paused = &PauseJSON{Since: p.At.UnixMilli(), Reason: p.Reason}

@@ -27,6 +27,7 @@ type healthCollector struct {
 	laneCeilConc, laneInFlight, laneBuffered  *prometheus.Desc
 	laneQueues, lanePaused, laneCircuit       *prometheus.Desc
 	laneOperatorPaused                        *prometheus.Desc
+	laneMode                                  *prometheus.Desc
 	admEnabled, admRejecting, admMem          *prometheus.Desc
 	admMemLimit, admRetryAfter                *prometheus.Desc
 	storeBytes, storeMaxBytes                 *prometheus.Desc
@@ -61,6 +62,9 @@ func newHealthCollector(health func(context.Context) *app.Health, upstreams *lab
 		lanePaused:   d("lane_paused_queues", "Queues in a lane paused by a 429 or a Retry-After.", "upstream"),
 		laneCircuit: d("lane_circuit_open", "1 while a lane's outage circuit is open or half-open (its destination is down and its work held), else 0.",
 			"upstream"),
+		laneMode: d("lane_mode", "Lanes by what holds their pace: 1 for a lane's mode (static: its configured ceiling; signalled: a "+
+			"load signal; budget: a rate-limit window spread to its reset; adaptive: adaptive concurrency), 0 for the others. "+
+			"For upstream=\"other\", how many lanes are in each mode.", "upstream", "mode"),
 		laneOperatorPaused: d("lane_paused", "1 for each destination an operator paused (POST /lanes/{destination}/pause): its jobs are stored, none dispatched.",
 			"upstream"),
 
@@ -88,7 +92,7 @@ func newHealthCollector(health func(context.Context) *app.Health, upstreams *lab
 
 func (c *healthCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.storeUp, c.storeWritable, c.storePing, c.jobs, c.lanes, c.laneRate, c.laneMaxConc, c.laneCeil,
-		c.laneCeilConc, c.laneInFlight, c.laneBuffered, c.laneQueues, c.lanePaused, c.laneCircuit, c.laneOperatorPaused, c.admEnabled, c.admRejecting,
+		c.laneCeilConc, c.laneInFlight, c.laneBuffered, c.laneQueues, c.lanePaused, c.laneCircuit, c.laneOperatorPaused, c.laneMode, c.admEnabled, c.admRejecting,
 		c.admMem, c.admMemLimit, c.admRetryAfter, c.storeBytes, c.storeMaxBytes, c.poolMembers, c.poolCapacity,
 		c.memberRep, c.memberRPS, c.memberIn, c.memberOff, c.drainState, c.clusterLanes, c.clusterInstances}
 }
@@ -144,6 +148,7 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 // sums over every lane counted as "other".
 type laneSum struct {
 	rps, maxConc, ceil, ceilConc, inFlight, buffered, queues, paused, circuit float64
+	modes                                                                     map[string]float64 // lanes per mode
 }
 
 func (c *healthCollector) collectLanes(e emitter, lanes []app.LaneHealth) {
@@ -154,7 +159,7 @@ func (c *healthCollector) collectLanes(e emitter, lanes []app.LaneHealth) {
 		u := c.upstreams.value(l.Lane)
 		s := sums[u]
 		if s == nil {
-			s = &laneSum{}
+			s = &laneSum{modes: map[string]float64{}}
 			sums[u] = s
 			order = append(order, u)
 		}
@@ -167,6 +172,7 @@ func (c *healthCollector) collectLanes(e emitter, lanes []app.LaneHealth) {
 		s.queues += float64(l.Queues)
 		s.paused += float64(l.PausedQueues)
 		s.circuit += b2f(l.Circuit.State != "closed")
+		s.modes[l.Mode]++
 	}
 	for _, u := range order {
 		s := sums[u]
@@ -179,6 +185,9 @@ func (c *healthCollector) collectLanes(e emitter, lanes []app.LaneHealth) {
 		e.gauge(c.laneQueues, s.queues, u)
 		e.gauge(c.lanePaused, s.paused, u)
 		e.gauge(c.laneCircuit, s.circuit, u)
+		for _, m := range app.LaneModes {
+			e.gauge(c.laneMode, s.modes[m], u, m)
+		}
 	}
 }
 
