@@ -752,6 +752,11 @@ func parseRate(where string, raw any, inherit domain.Rate) (domain.Rate, error) 
 			rate.RPS, err = parseFloat(fmt.Sprint(val))
 		case "max_concurrent":
 			rate.MaxConcurrent, err = parseInt(fmt.Sprint(val), 1, 1_000_000)
+
+		// Adaptive concurrency (issue 20).
+		case "adaptive":
+			rate.Adaptive, err = parseBool(fmt.Sprint(val))
+
 		default:
 			err = errors.New("unknown key")
 		}

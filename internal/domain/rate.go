@@ -14,6 +14,13 @@ const MinRPS = 0.5
 type Rate struct {
 	RPS           float64
 	MaxConcurrent int
+
+	// Adaptive turns on adaptive concurrency (YAML adaptive: true): the
+	// lane finds the concurrency the destination can take from its latency
+	// (pacing.Adaptive), within MaxConcurrent, instead of running at
+	// MaxConcurrent. Off by default; for destinations that send no pacing
+	// signals.
+	Adaptive bool
 }
 
 // DefaultRate is the built-in pace for upstreams with no configuration.
