@@ -188,6 +188,13 @@ func (a *Adaptive) SetCeiling(maxConcurrent int) {
 	a.limit = min(a.limit, float64(a.cfg.MaxConcurrent))
 }
 
+// Restore sets the learned limit (carried over from a previous holder of
+// the lane), clamped to [1, MaxConcurrent]. A probe running now still
+// runs; the limit takes effect when it ends.
+func (a *Adaptive) Restore(limit int) {
+	a.limit = float64(min(max(limit, 1), a.cfg.MaxConcurrent))
+}
+
 // Reason says, for operators, what holds the limit where it is, e.g.
 // "adaptive: limit 42 of 256, no-load RTT 50ms, RTT 53ms".
 func (a *Adaptive) Reason() string {

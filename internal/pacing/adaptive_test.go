@@ -326,3 +326,22 @@ func TestAdaptiveConfigDefaults(t *testing.T) {
 		t.Fatal("empty reason")
 	}
 }
+
+// A restored limit holds once the probe it starts with has measured the
+// no-load RTT, clamped to the ceiling.
+func TestAdaptiveRestore(t *testing.T) {
+	s := newSim(AdaptiveConfig{MaxConcurrent: 50}, &backend{base: 10 * time.Millisecond, capacity: 1000})
+	s.a.Restore(30)
+	if s.a.Limit() != DefaultAdaptiveProbeConcurrency {
+		t.Fatalf("limit %d during the first probe, want the probe's %d", s.a.Limit(), DefaultAdaptiveProbeConcurrency)
+	}
+	tr := s.run(time.Second)
+	first := slices.IndexFunc(tr, func(e trace) bool { return !e.probing })
+	if first < 0 || tr[first].limit != 30 {
+		t.Fatalf("limit after the probe %v, want the restored 30", tr[first:min(first+1, len(tr))])
+	}
+	s.a.Restore(500)
+	if s.a.Limit() != 50 {
+		t.Fatalf("Restore(500) gives %d, want the ceiling 50", s.a.Limit())
+	}
+}
