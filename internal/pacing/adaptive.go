@@ -206,6 +206,9 @@ func (a *Adaptive) Reason() string {
 		return fmt.Sprintf("adaptive: re-measuring the no-load RTT at %d concurrent (was %v; limit %d of %d after)",
 			a.cfg.ProbeConcurrency, a.noLoad, min(max(int(a.limit), 1), a.cfg.MaxConcurrent), a.cfg.MaxConcurrent)
 	}
+	if a.rtt == 0 {
+		return fmt.Sprintf("adaptive: limit %d of %d, no-load RTT %v", a.Limit(), a.cfg.MaxConcurrent, a.noLoad)
+	}
 	return fmt.Sprintf("adaptive: limit %d of %d, no-load RTT %v, RTT %v", a.Limit(), a.cfg.MaxConcurrent, a.noLoad, a.rtt)
 }
 

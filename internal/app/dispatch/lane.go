@@ -78,12 +78,9 @@ type lane struct {
 	// its upstream is configured adaptive: true (nil otherwise, and for
 	// pools, whose members answer with latencies of their own). The gate
 	// then runs at the lower of the pace's and the adaptive limit.
-	// adaptiveReason says, for the lane view, what holds the adaptive limit
-	// where it is ("" when adaptive is nil).
-	adaptive       *pacing.Adaptive
-	adaptiveReason string
-	queues         map[domain.QueueKey]*queue
-	order          []*queue // round-robin order
+	adaptive *pacing.Adaptive
+	queues   map[domain.QueueKey]*queue
+	order    []*queue // round-robin order
 	// active: this process dispatches the lane. Always true for a store one
 	// process owns; with a shared store, only while it holds the lane's lease.
 	active    bool
@@ -97,6 +94,10 @@ type lane struct {
 	heldUntil   time.Time
 	lastError   string
 	lastErrorAt time.Time
+
+	// adaptiveReason is set by adaptive concurrency while it holds the
+	// lane's concurrency: why, in words ("" when it does not; mode reads it).
+	adaptiveReason string
 
 	mu       sync.Mutex // guards snapshot
 	snapshot LaneStats
