@@ -345,3 +345,30 @@ func TestAdaptiveRestore(t *testing.T) {
 		t.Fatalf("Restore(500) gives %d, want the ceiling 50", s.a.Limit())
 	}
 }
+
+// FuzzAdaptive feeds arbitrary sample sequences (RTTs zero, negative or
+// huge; any in-flight count; failures) and checks the limit never leaves
+// [1, MaxConcurrent] and the measured RTTs stay positive.
+func FuzzAdaptive(f *testing.F) {
+	f.Add(uint8(40), []byte{10, 4, 0, 10, 4, 2, 200, 40, 1, 0, 0, 0})
+	f.Add(uint8(1), []byte{255, 255, 255})
+	f.Fuzz(func(t *testing.T, ceiling uint8, raw []byte) {
+		a := NewAdaptive(AdaptiveConfig{MaxConcurrent: int(ceiling), MinSamples: 2}, simT0)
+		at := simT0
+		for i := 0; i+2 < len(raw); i += 3 {
+			rtt := time.Duration(raw[i]) * time.Millisecond
+			if raw[i+2]&0x80 != 0 {
+				rtt = -rtt
+			}
+			at = at.Add(time.Duration(raw[i+2]&0x7e) * 10 * time.Millisecond)
+			a.Observe(at, AdaptiveSample{RTT: rtt, InFlight: int(raw[i+1]), Failed: raw[i+2]&1 != 0})
+			if l := a.Limit(); l < 1 || l > max(int(ceiling), 1) {
+				t.Fatalf("limit %d outside [1, %d]", l, max(int(ceiling), 1))
+			}
+			if a.NoLoadRTT() < 0 || a.RTT() < 0 {
+				t.Fatalf("no-load RTT %v, RTT %v: negative", a.NoLoadRTT(), a.RTT())
+			}
+			_ = a.Reason()
+		}
+	})
+}
