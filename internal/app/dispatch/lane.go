@@ -74,13 +74,8 @@ type lane struct {
 	pace    *pacing.Pace
 	limiter *pacing.Limiter
 	gate    *pacing.Gate
-	// adaptive finds the destination's concurrency from its latency when
-	// its upstream is configured adaptive: true (nil otherwise, and for
-	// pools, whose members answer with latencies of their own). The gate
-	// then runs at the lower of the pace's and the adaptive limit.
-	adaptive *pacing.Adaptive
-	queues   map[domain.QueueKey]*queue
-	order    []*queue // round-robin order
+	queues  map[domain.QueueKey]*queue
+	order   []*queue // round-robin order
 	// active: this process dispatches the lane. Always true for a store one
 	// process owns; with a shared store, only while it holds the lane's lease.
 	active    bool
@@ -95,6 +90,12 @@ type lane struct {
 	lastError   string
 	lastErrorAt time.Time
 
+	// adaptive finds the destination's concurrency from its latency when
+	// its upstream is configured adaptive: true (nil otherwise, and for
+	// pools, whose members answer with latencies of their own). The gate
+	// then runs at the lower of the pace's and the adaptive limit. Owned
+	// by run.
+	adaptive *pacing.Adaptive
 	// adaptiveReason is set by adaptive concurrency while it holds the
 	// lane's concurrency: why, in words ("" when it does not; mode reads it).
 	adaptiveReason string
