@@ -81,23 +81,23 @@ func laneConcurrency(t *testing.T, b *bundle) int {
 	return l[0].MaxConcurrent
 }
 
-// An adaptive lane in front of a destination of capacity 20, configured
+// An adaptive lane in front of a destination of capacity 40, configured
 // with max_concurrent 256 and sending no signals, settles its concurrency
-// near 20: no 503s once settled, every request answered in under twice the
-// unloaded latency. A static lane with the same ceiling runs at 256 and
-// mostly gets 503s.
+// near 40: no 503s once settled, every request answered in under twice the
+// unloaded latency; when the capacity halves, the lane follows within 10 s.
 func TestAdaptiveLaneSettlesNearTheDestinationsCapacity(t *testing.T) {
-	const capacity, base = 20, 100 * time.Millisecond
+	const capacity, base = 40, 200 * time.Millisecond
 	up := newCapacityUpstream(t, base, capacity)
 	b := setup(t, func(c *app.Config) {
 		c.Rates.Hosts = map[string]domain.Rate{hostOf(up.upstream): {RPS: 100000, MaxConcurrent: 256, Adaptive: true}}
 		c.Retry = app.RetryPolicy{Attempts: 1}
 	})
-	// A backlog for 12 s at the destination's maximum of 200/s.
-	for i := range 2400 {
+	// A backlog for 14 s at the destination's maximum of 200/s, then 12 s
+	// at half that.
+	for i := range 4000 {
 		b.enqueue(t, req(fmt.Sprint("a", i), up.URL))
 	}
-	elapse(t, 6*time.Second)
+	elapse(t, 10*time.Second)
 	settledAt := now(t)
 	var lo, hi int = 1 << 30, 0
 	for range 16 {
@@ -124,6 +124,20 @@ func TestAdaptiveLaneSettlesNearTheDestinationsCapacity(t *testing.T) {
 	// Throughput once settled: at least 90 % of the destination's maximum.
 	if rate := float64(len(got)) / 4; rate < 0.9*capacity/base.Seconds() {
 		t.Fatalf("%.0f requests/s once settled, want at least 90%% of %.0f", rate, capacity/base.Seconds())
+	}
+
+	// The capacity halves: within 10 s the lane follows.
+	up.capacity.Store(capacity / 2)
+	elapse(t, 10*time.Second)
+	lo, hi = 1<<30, 0
+	for range 8 {
+		elapse(t, 250*time.Millisecond)
+		c := laneConcurrency(t, b)
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	t.Logf("after the halving, between %d and %d", lo, hi)
+	if lo < capacity/2*8/10 || hi > capacity/2*12/10 {
+		t.Fatalf("lane concurrency between %d and %d 10 s after the capacity halved, want within 20%% of %d", lo, hi, capacity/2)
 	}
 }
 
