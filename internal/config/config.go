@@ -757,6 +757,9 @@ func parseRate(where string, raw any, inherit domain.Rate) (domain.Rate, error) 
 			var on bool
 			on, err = parseBool(fmt.Sprint(val))
 			rate.NoBudget = !on
+		// Adaptive concurrency (issue 20).
+		case "adaptive":
+			rate.Adaptive, err = parseBool(fmt.Sprint(val))
 
 		default:
 			err = errors.New("unknown key")

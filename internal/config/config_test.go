@@ -485,6 +485,53 @@ func TestLoadDefaultsSectionPartial(t *testing.T) {
 	}
 }
 
+// TestLoadUpstreamsAdaptive: adaptive: true turns adaptive concurrency on
+// for one upstream or, in defaults, for every upstream that does not say
+// otherwise; it is off unless set.
+func TestLoadUpstreamsAdaptive(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadYAML(t, `
+defaults:
+  rps: 5
+  max_concurrent: 64
+  adaptive: true
+upstreams:
+  inherits.example.com:
+    rps: 10
+  opted-out.example.com:
+    adaptive: "no"
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (domain.Rate{RPS: 5, MaxConcurrent: 64, Adaptive: true}); cfg.Rates.Defaults != want {
+		t.Errorf("Defaults = %+v, want %+v", cfg.Rates.Defaults, want)
+	}
+	want := map[string]domain.Rate{
+		"inherits.example.com":  {RPS: 10, MaxConcurrent: 64, Adaptive: true},
+		"opted-out.example.com": {RPS: 5, MaxConcurrent: 64},
+	}
+	if !reflect.DeepEqual(cfg.Rates.Hosts, want) {
+		t.Fatalf("Upstreams = %v, want %v", cfg.Rates.Hosts, want)
+	}
+
+	cfg, err = loadYAML(t, "upstreams:\n  api.example.com:\n    max_concurrent: 256\n    adaptive: TRUE\n  other.example.com:\n    rps: 3\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.Rates.Hosts["api.example.com"]; !r.Adaptive || r.MaxConcurrent != 256 {
+		t.Errorf("api.example.com = %+v, want adaptive with max_concurrent 256", r)
+	}
+	if r := cfg.Rates.Hosts["other.example.com"]; r.Adaptive {
+		t.Errorf("other.example.com = %+v, want adaptive off by default", r)
+	}
+
+	_, err = loadYAML(t, "upstreams:\n  api.example.com:\n    adaptive: sometimes\n", nil)
+	if want := `YAML key upstreams.api.example.com.adaptive: "sometimes" is not a boolean`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want it to mention %q", err, want)
+	}
+}
+
 func TestLoadRateErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

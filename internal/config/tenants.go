@@ -102,7 +102,7 @@ func decodeTenant(where string, entry map[string]yaml.Node) (tenant.Tenant, erro
 			if err = node.Decode(&m); err == nil {
 				var rerr error
 				t.Rates, rerr = parseUpstreams(where+".upstreams", m, domain.DefaultRate)
-				errs = append(errs, rerr)
+				errs = append(errs, rerr, tenantAdaptive(where+".upstreams", t.Rates))
 			}
 		case "destinations":
 			var m map[string]any
@@ -150,4 +150,18 @@ func decodeWebhookSecrets(node yaml.Node) ([]l8.Secret, error) {
 		err = errors.New("is empty; leave it out to use AQUIFER_WEBHOOK_SECRET")
 	}
 	return secrets, err
+}
+
+// tenantAdaptive refuses adaptive: true in a tenant's upstreams: adaptive
+// concurrency belongs to the whole lane (the destination's capacity is
+// shared by every tenant), so it is set in the global upstreams or
+// defaults, and a tenant's entry caps only its own queue.
+func tenantAdaptive(where string, rates map[string]domain.Rate) error {
+	var errs []error
+	for host, r := range rates {
+		if r.Adaptive {
+			errs = append(errs, fmt.Errorf("YAML key %s.%s.adaptive: set adaptive in the global upstreams or defaults; a tenant's entry caps only its own queue", where, host))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -52,6 +52,7 @@ func TestTenantErrors(t *testing.T) {
 		"unknown":      {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    colour: blue\n", "colour: unknown setting"},
 		"negative cap": {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    max_queued: -1\n", "max_queued"},
 		"bad rate":     {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    upstreams:\n      x.test: {rps: -1}\n", "tenants[0].upstreams.x.test"},
+		"adaptive":     {"tenants:\n  - name: a\n    key_sha256: " + h + "\n    upstreams:\n      x.test: {rps: 1, adaptive: true}\n", "YAML key tenants[0].upstreams.x.test.adaptive: set adaptive in the global upstreams"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

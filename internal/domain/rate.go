@@ -20,6 +20,12 @@ type Rate struct {
 	// the time to its reset, and only an exhausted window (remaining 0)
 	// pauses it. Budget pacing is on by default.
 	NoBudget bool
+	// Adaptive turns on adaptive concurrency (YAML adaptive: true): the
+	// lane finds the concurrency the destination can take from its latency
+	// (pacing.Adaptive), within MaxConcurrent, instead of running at
+	// MaxConcurrent. Off by default; for destinations that send no pacing
+	// signals.
+	Adaptive bool
 }
 
 // DefaultRate is the built-in pace for upstreams with no configuration.

@@ -63,4 +63,16 @@
 // concurrency is clamped to [1, ceiling]; without one, concurrency below the
 // ceiling grows by 1 every ConcurrencyRecoveryEvery (10) completions. Pauses
 // are not part of the Pace: the caller holds the lane (Limiter.Delay).
+//
+// # Adaptive concurrency
+//
+// An Adaptive finds, for a destination that sends no signals, the
+// concurrency where its latency starts to climb: a gradient limit,
+// limit × clamp(noLoadRTT ÷ RTT, 0.5, 1) + max(1, √limit ÷ 2) per sampling
+// window, rising at once and falling smoothed; × 0.8 after a window with a
+// failure; never grown while the lane uses less than half of it; always in
+// [1, MaxConcurrent]. The no-load RTT is measured by a probe at
+// ProbeConcurrency (4) when it starts and every ProbeEvery (30 s), and is
+// the minimum window RTT in between. Samples carry their RTT, so the time
+// is the caller's (Observe(now, …)) like everything else here.
 package pacing

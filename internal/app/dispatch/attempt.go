@@ -46,6 +46,10 @@ type outcome struct {
 	deferTo  time.Time      // a 429 asked to wait until then
 	probe    bool           // the attempt was the lane's outage probe
 	reason   string         // why a failed attempt failed (the lane's last error)
+	// rtt is how long the exchange with the destination took (0: there
+	// was none — the request could not be built, or was refused by the
+	// destination rules); an adaptive lane learns from it.
+	rtt time.Duration
 }
 
 // metricOutcome names an attempt's outcome for Metrics.Dispatched.
@@ -73,13 +77,17 @@ type attemptResult struct {
 	// outage: the failure is the destination's (no answer, or a 5xx), not
 	// the request's own (it could not be built); see laneOutage.
 	outage bool
+	// rtt is how long the exchange took, request sent to response read
+	// (or the transport error), when the destination was reached or
+	// failed to answer (observed or outage).
+	rtt time.Duration
 }
 
 func (ar attemptResult) status() int { return ar.result.ResponseStatus }
 
 // report copies what the lane needs to know about the response into o.
 func (o *outcome) report(ar attemptResult) *outcome {
-	o.status, o.signals, o.observed = ar.status(), ar.signals, ar.observed
+	o.status, o.signals, o.observed, o.rtt = ar.status(), ar.signals, ar.observed, ar.rtt
 	o.failed = !ar.observed || ar.status() >= 500
 	if o.failed {
 		o.reason = ar.result.Reason
@@ -378,6 +386,7 @@ func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 func (d *Dispatcher) send(timeout time.Duration, exchange func(ctx context.Context) (*http.Response, error)) attemptResult {
 	ctx, cancel := context.WithTimeout(d.runCtx, timeout)
 	defer cancel()
+	start := d.cfg.Clock.Now()
 	resp, err := exchange(ctx)
 	if err != nil {
 		var re *requestError
@@ -390,7 +399,8 @@ func (d *Dispatcher) send(timeout time.Duration, exchange func(ctx context.Conte
 			// retry changes that.
 			return attemptResult{result: &domain.Result{Reason: domain.PublicMessage(denied)}, denied: true}
 		}
-		return attemptResult{result: &domain.Result{Reason: transportReason(err, ctx)}, retryable: true, outage: true}
+		return attemptResult{result: &domain.Result{Reason: transportReason(err, ctx)}, retryable: true, outage: true,
+			rtt: d.cfg.Clock.Now().Sub(start)}
 	}
 	defer resp.Body.Close()
 	ar := attemptResult{
@@ -398,6 +408,7 @@ func (d *Dispatcher) send(timeout time.Duration, exchange func(ctx context.Conte
 		observed: true,
 	}
 	body, truncated, readErr := readLimited(resp.Body, resp.ContentLength, d.cfg.MaxResponseBytes)
+	ar.rtt = d.cfg.Clock.Now().Sub(start)
 	ar.result = &domain.Result{
 		ResponseStatus: resp.StatusCode,
 		Body:           body,

@@ -100,6 +100,12 @@ type lane struct {
 	// The mode as last published (cachedMode), and when it was worked out.
 	modeName, modeReason string
 	modeAt               time.Time
+	// adaptive finds the destination's concurrency from its latency when
+	// its upstream is configured adaptive: true (nil otherwise, and for
+	// pools, whose members answer with latencies of their own). The gate
+	// then runs at the lower of the pace's and the adaptive limit. Owned
+	// by run.
+	adaptive *pacing.Adaptive
 
 	mu       sync.Mutex // guards snapshot
 	snapshot LaneStats
@@ -139,8 +145,43 @@ func newLane(d *Dispatcher, u domain.UpstreamKey) *lane {
 		queues:   make(map[domain.QueueKey]*queue),
 		noBudget: ceiling.NoBudget || u.IsPool(),
 	}
+	if ceiling.Adaptive && !u.IsPool() {
+		l.adaptive = pacing.NewAdaptive(pacing.AdaptiveConfig{MaxConcurrent: ceiling.MaxConcurrent}, d.cfg.Clock.Now())
+		l.adaptiveReason = l.adaptive.Reason()
+		l.setConcurrency()
+	}
 	l.setRate(pace.RPS())
 	return l
+}
+
+// setConcurrency sets the gate to the lane's concurrency limit: the pace's,
+// or the adaptive limit when that is lower.
+func (l *lane) setConcurrency() {
+	limit := l.pace.MaxConcurrent()
+	if l.adaptive != nil {
+		limit = min(limit, l.adaptive.Limit())
+	}
+	l.gate.SetLimit(limit)
+}
+
+// observeAdaptive feeds one finished attempt to the adaptive limit: its
+// RTT, whether the destination failed it (a 5xx, a transport error or a
+// timeout), and how many attempts were running as it ended. An attempt
+// that never reached the destination, and a 429 (a quota's answer, fast
+// and not a measure of load), teach it nothing.
+func (l *lane) observeAdaptive(o *outcome, inFlight int, now time.Time) {
+	if l.adaptive == nil || o.rtt <= 0 || o.status == http.StatusTooManyRequests {
+		return
+	}
+	limit, rtt, probing := l.adaptive.Limit(), l.adaptive.RTT(), l.adaptive.Probing()
+	if l.adaptive.Observe(now, pacing.AdaptiveSample{RTT: o.rtt, InFlight: inFlight, Failed: o.failed}) {
+		l.setConcurrency()
+		l.log.Debug("adaptive concurrency changed", zap.Int("from", limit), zap.Int("to", l.adaptive.Limit()),
+			zap.Duration("no_load_rtt", l.adaptive.NoLoadRTT()), zap.Duration("rtt", l.adaptive.RTT()))
+	}
+	if l.adaptive.Limit() != limit || l.adaptive.RTT() != rtt || l.adaptive.Probing() != probing {
+		l.adaptiveReason = l.adaptive.Reason()
+	}
 }
 
 // offerBuffer is how many handed-over jobs may wait for a busy lane before
@@ -559,6 +600,7 @@ func (l *lane) pick(now time.Time) *queue {
 // response's signals adjust the pace, and the work either ends or waits in
 // its queue for its next try.
 func (l *lane) complete(o *outcome, now time.Time) {
+	l.observeAdaptive(o, l.gate.Running(), now)
 	l.gate.Release()
 	q := l.queue(o.queue)
 	q.running--
@@ -638,7 +680,7 @@ func (l *lane) drop(id domain.JobID) {
 func (l *lane) observeResponse(q *queue, status int, sig pacing.Signals, now time.Time) {
 	if l.pace.Observe(sig) {
 		l.limiter.SetRate(l.pace.RPS())
-		l.gate.SetLimit(l.pace.MaxConcurrent())
+		l.setConcurrency()
 		l.setRate(l.pace.RPS())
 		l.pacedBy, l.pacedAt = loadSignal(sig), now
 		l.log.Debug("pace changed", zap.Float64("rps", l.pace.RPS()), zap.Int("max_concurrent", l.pace.MaxConcurrent()))
@@ -658,9 +700,18 @@ func (l *lane) observeResponse(q *queue, status int, sig pacing.Signals, now tim
 // queue is read again from the start.
 func (l *lane) activate(st ports.LaneState) {
 	if st.Saved && st.RPS > 0 && st.MaxConcurrent > 0 {
-		l.pace.Restore(st.RPS, st.MaxConcurrent)
+		conc := st.MaxConcurrent
+		if l.adaptive != nil {
+			// What was saved is the lane's effective limit, the adaptive
+			// one (LaneStats.MaxConcurrent): the adaptive limit returns to
+			// it once its probe has measured this destination afresh, and
+			// the pace keeps its own ceiling.
+			l.adaptive.Restore(conc)
+			_, conc = l.pace.Ceiling()
+		}
+		l.pace.Restore(st.RPS, conc)
 		l.limiter.SetRate(l.pace.RPS())
-		l.gate.SetLimit(l.pace.MaxConcurrent())
+		l.setConcurrency()
 		l.setRate(l.pace.RPS())
 	}
 	l.active = true
@@ -749,7 +800,7 @@ func (l *lane) publishStats(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.snapshot = LaneStats{
-		Upstream: l.upstream, RPS: l.pace.RPS(), MaxConcurrent: l.pace.MaxConcurrent(),
+		Upstream: l.upstream, RPS: l.pace.RPS(), MaxConcurrent: l.gate.Limit(),
 		CeilingRPS: ceilRPS, CeilingMaxConcurrent: ceilConc,
 		InFlight: l.gate.Running(), Buffered: buffered, Queues: len(l.order), PausedQueues: paused,
 		Circuit: circuit, Mode: mode, ModeReason: reason,
