@@ -258,7 +258,7 @@ func printAdaptive(w io.Writer, o options, rs []adaptiveResult) {
 		adaptiveCapacity, adaptiveCapacity/2, o.adaptiveSeconds/2, o.adaptiveBase, maxRate)
 	fmt.Fprintf(w, "settled = %s → half time; p99 is the backend's arrival → answer, unloaded %s\n", adaptiveSettle, o.adaptiveBase)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "adaptive\tsettled in-flight\tvs 40\tthroughput\tvs max\tp99\tvs unloaded\t503s after 10s\t503s first 10s\tin-flight after halving\tfollows 20 within 20% after\t")
+	fmt.Fprintln(tw, "adaptive\tsettled in-flight\tvs 40\tthroughput\tvs max\tp99\tvs unloaded\t503s first 10s\t503s 10s → halving\t503s after halving\tin-flight after halving\tfollows 20 within 20% after\t")
 	for _, r := range rs {
 		from, to := adaptiveSettle, r.half
 		if to <= from { // a short run: measure the whole first half
@@ -266,16 +266,17 @@ func printAdaptive(w io.Writer, o options, rs []adaptiveResult) {
 		}
 		inflight := meanInflight(r.samples, from, to)
 		okRate, _, p99 := period(r.records, from, to)
-		_, shedLate, _ := period(r.records, adaptiveSettle, r.end)
 		_, shedEarly, _ := period(r.records, 0, adaptiveSettle)
+		_, shedSettled, _ := period(r.records, adaptiveSettle, r.half)
+		_, shedHalved, _ := period(r.records, r.half, r.end)
 		after := meanInflight(r.samples, r.half+r.end/4, r.end) // the second half's second half
 		follow := "never"
 		if d, ok := followTime(r.samples, r.half, r.end, adaptiveCapacity/2, 0.2); ok {
 			follow = fmt.Sprintf("%.0fs", d.Seconds())
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%+.0f%%\t%.0f/s\t%.0f%%\t%.0fms\t%.1f×\t%d\t%d\t%.1f\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%.1f\t%+.0f%%\t%.0f/s\t%.0f%%\t%.0fms\t%.1f×\t%d\t%d\t%d\t%.1f\t%s\t\n",
 			adaptiveName(r), inflight, (inflight-adaptiveCapacity)/adaptiveCapacity*100, okRate, okRate/maxRate*100,
-			float64(p99.Microseconds())/1000, float64(p99)/float64(r.base), shedLate, shedEarly, after, follow)
+			float64(p99.Microseconds())/1000, float64(p99)/float64(r.base), shedEarly, shedSettled, shedHalved, after, follow)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nper-second mean in-flight at the backend (| marks the halving):")
