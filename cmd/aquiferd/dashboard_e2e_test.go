@@ -86,6 +86,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		b.ready("destination")
 		b.waitVisible("[data-test=chart-pace]")
 		b.waitTextContains("[data-test=lane-signal]", "x-aqueduct")
+		b.waitTextContains("[data-test=lane-details]", "Pacing mode")
+		if d := b.text("[data-test=lane-details]"); !strings.Contains(d, "signalled") {
+			t.Errorf("lane details %q: want the pacing mode the target's X-Aqueduct headers set (signalled)", d)
+		}
 
 		b.route("#/jobs")
 		b.ready("jobs")

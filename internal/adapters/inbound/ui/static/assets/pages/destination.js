@@ -54,7 +54,7 @@ export default {
         { key: k + 'in_flight', label: 'in flight', cls: 's5' },
       ],
     });
-    const details = facts([]);
+    const details = attr(facts([]), 'data-test', 'lane-details');
     const circuit = facts([]);
     const queuesBody = h('tbody');
     const queuesCard = card(
@@ -137,6 +137,7 @@ export default {
       loadChart.render(now);
       facts([
         ['State', st + ': ' + STATE_HELP[st]],
+        l.mode && ['Pacing mode', l.mode + (l.mode_reason ? ' — ' + l.mode_reason : '')],
         l.paused && ['Paused', at(l.paused.since, now)],
         l.paused && l.paused.reason && ['Reason', l.paused.reason],
         pace.since && ['Pace last moved', at(pace.since, now)],
