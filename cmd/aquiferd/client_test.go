@@ -311,6 +311,22 @@ func TestClientJobsGet(t *testing.T) {
 		t.Errorf("-o json:\n%s\nthe API:\n%s", got, want)
 	}
 	c.fails(t, "job not found (HTTP 404)", "jobs", "get", strings.Repeat("a", 32))
+
+	// A scheduled job shows when it is due and its other options.
+	attempts, backoff := 3, 2.0
+	res, err := in.aq.Enqueue(t.Context(), &aquifer.JobRequest{UserID: "shop", IdempotentKey: "later", URL: bad.URL + "/later",
+		Options: aquifer.OptionsRequest{DelaySeconds: &backoff, MaxWaitSeconds: &backoff, Priority: "high",
+			Retry: &aquifer.RetryRequest{MaxAttempts: &attempts, BackoffSeconds: &backoff}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = c.ok(t, "jobs", "get", string(res.JobID))
+	for label, want := range map[string]string{"status": "queued (scheduled)", "not before": "(in ", "deadline": "(in ",
+		"priority": "high", "retry": "3 attempts, backoff 2s doubling up to 300s"} {
+		if !regexp.MustCompile(`(?m)^` + label + ` {2,}.*` + regexp.QuoteMeta(want)).MatchString(r.stdout) {
+			t.Errorf("jobs get of a scheduled job lacks %s %q:\n%s", label, want, r.stdout)
+		}
+	}
 	c.fails(t, "a job id is required", "jobs", "get")
 }
 

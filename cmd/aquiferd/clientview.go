@@ -84,6 +84,55 @@ type jobView struct {
 	} `json:"webhook"`
 	History     []attemptView `json:"history"`
 	LastAttempt *attemptView  `json:"last_attempt"`
+
+	// Job options (RFC 3339 times; omitted when the job has none).
+	Scheduled      bool    `json:"scheduled"`
+	NotBefore      string  `json:"not_before"`
+	Deadline       string  `json:"deadline"`
+	Priority       string  `json:"priority"`
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	Retry          *struct {
+		MaxAttempts       int     `json:"max_attempts"`
+		BackoffSeconds    float64 `json:"backoff_seconds"`
+		MaxBackoffSeconds float64 `json:"max_backoff_seconds"`
+	} `json:"retry"`
+	TraceParent string `json:"traceparent"`
+}
+
+// options describes a job's options for printJob, a field each.
+func (c *client) options(j *jobView, field func(k, v string)) {
+	at := func(s string) string {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return s
+		}
+		return c.when(t)
+	}
+	if j.NotBefore != "" {
+		field("not before", at(j.NotBefore))
+	}
+	if j.Deadline != "" {
+		field("deadline", at(j.Deadline))
+	}
+	if j.Priority != "" && j.Priority != "normal" {
+		field("priority", j.Priority)
+	}
+	if r := j.Retry; r != nil {
+		var parts []string
+		if r.MaxAttempts > 0 {
+			parts = append(parts, strconv.Itoa(r.MaxAttempts)+" attempts")
+		}
+		if r.BackoffSeconds > 0 {
+			parts = append(parts, fmt.Sprintf("backoff %gs doubling up to %gs", r.BackoffSeconds, r.MaxBackoffSeconds))
+		}
+		field("retry", strings.Join(parts, ", "))
+	}
+	if j.TimeoutSeconds > 0 {
+		field("timeout", fmt.Sprintf("%gs per attempt", j.TimeoutSeconds))
+	}
+	if len(j.TraceParent) == 55 {
+		field("trace", j.TraceParent[3:35])
+	}
 }
 
 // listPage is GET /jobs.
@@ -249,7 +298,11 @@ func (c *client) printJob(j *jobView) {
 		}
 	}
 	field("job", j.JobID)
-	field("status", j.Status)
+	status := j.Status
+	if j.Scheduled {
+		status += " (scheduled)"
+	}
+	field("status", status)
 	field("url", j.URL)
 	if j.PoolID != "" {
 		field("pool", j.PoolID)
@@ -259,6 +312,7 @@ func (c *client) printJob(j *jobView) {
 	field("user", j.UserID)
 	field("created", c.when(j.CreatedAt.Time))
 	field("updated", c.when(j.UpdatedAt.Time))
+	c.options(j, field)
 	field("attempts", strconv.Itoa(j.Attempts))
 	if j.ResponseStatus != nil {
 		resp := "no response"
