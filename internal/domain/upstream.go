@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 )
 
 // UpstreamKey names a destination for pacing purposes: "scheme://host:port"
@@ -17,7 +18,85 @@ func PoolUpstream(poolID string) UpstreamKey { return UpstreamKey("pool:" + pool
 
 // UpstreamOf returns the upstream key of an absolute http(s) URL. It returns
 // false when the URL cannot be parsed or is not http(s).
+//
+// It runs several times per job (lanes, metrics, webhook routing), so the
+// answer for each URL authority ("scheme://host:port", the part the key
+// depends on) is remembered: a URL whose remainder cannot make url.Parse
+// fail — no '%' escapes, no control characters — is answered from the
+// authority's entry without being parsed again.
 func UpstreamOf(raw string) (UpstreamKey, bool) {
+	prefix, ok := authorityPrefix(raw)
+	if !ok {
+		return parseUpstream(raw)
+	}
+	if e, hit := upstreamCache.get(prefix); hit {
+		return e.key, e.ok
+	}
+	k, valid := parseUpstream(prefix)
+	upstreamCache.put(strings.Clone(prefix), upstreamEntry{key: k, ok: valid})
+	return k, valid
+}
+
+// authorityPrefix returns raw up to the end of its authority — "scheme://"
+// and what follows up to the first '/', '?' or '#', where url.Parse ends it
+// — when nothing in raw could make url.Parse answer differently for raw
+// than for the prefix: no percent escapes (a bad one in the path or
+// fragment is an error) and no control characters (refused anywhere).
+func authorityPrefix(raw string) (string, bool) {
+	sep := strings.Index(raw, "://")
+	if sep <= 0 {
+		return "", false
+	}
+	end := len(raw)
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c < 0x20 || c == 0x7f || c == '%':
+			return "", false
+		case i > sep+2 && end == len(raw) && (c == '/' || c == '?' || c == '#'):
+			end = i
+		}
+	}
+	if strings.IndexByte(raw[:sep], '#') >= 0 || strings.IndexByte(raw[:sep], '?') >= 0 || strings.IndexByte(raw[:sep], '/') >= 0 {
+		return "", false // not a scheme: let url.Parse say what it is
+	}
+	return raw[:end], true
+}
+
+// upstreamEntry is one remembered answer of UpstreamOf.
+type upstreamEntry struct {
+	key UpstreamKey
+	ok  bool
+}
+
+// authorityCache maps URL authorities to their upstream keys. It holds at
+// most max entries and starts over when full: destinations are few, and
+// a flood of distinct hosts only costs the parse the cache saves.
+type authorityCache struct {
+	mu  sync.RWMutex
+	m   map[string]upstreamEntry
+	max int
+}
+
+var upstreamCache = &authorityCache{m: make(map[string]upstreamEntry), max: 4096}
+
+func (c *authorityCache) get(prefix string) (upstreamEntry, bool) {
+	c.mu.RLock()
+	e, ok := c.m[prefix]
+	c.mu.RUnlock()
+	return e, ok
+}
+
+func (c *authorityCache) put(prefix string, e upstreamEntry) {
+	c.mu.Lock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[prefix] = e
+	c.mu.Unlock()
+}
+
+// parseUpstream is UpstreamOf without the cache.
+func parseUpstream(raw string) (UpstreamKey, bool) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", false

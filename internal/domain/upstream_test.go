@@ -224,3 +224,39 @@ func TestRateValidate(t *testing.T) {
 		t.Errorf("DefaultRate = %+v, want 2 rps / 1 concurrent", domain.DefaultRate)
 	}
 }
+
+// FuzzUpstreamOfMatchesParse checks the remembered answers: UpstreamOf
+// must say exactly what parsing the whole URL says, for any input, whether
+// its authority was seen before or not.
+func FuzzUpstreamOfMatchesParse(f *testing.F) {
+	for _, s := range []string{
+		"https://api.example.com/v1/x?q=1#f", "HTTP://Example.com:80/", "http://[::1]/", "http://user:pw@h/",
+		"http://h/%zz", "http://h/a#%zz", "http://h/\x7f", "http://h\x01/", "http://h?x", "http://h#f/x",
+		"http:///p", "http://:80/", "1http://h/", "ht?tp://h/", "a/b://h/", "http://h:0080/x", "https://h./",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		for range 2 { // the second call is answered from the cache
+			got, ok := domain.UpstreamOf(raw)
+			want, wantOK := domain.ParseUpstreamForTest(raw)
+			if got != want || ok != wantOK {
+				t.Fatalf("UpstreamOf(%q) = (%q, %v), parsing says (%q, %v)", raw, got, ok, want, wantOK)
+			}
+		}
+	})
+}
+
+func TestUpstreamOfAnswersLikeParsingAfterCaching(t *testing.T) {
+	// Same authority, different remainders: one valid, one that parsing refuses.
+	for _, raw := range []string{"http://cache.test/ok", "http://cache.test/bad%zz", "http://cache.test/ctl\x7f", "http://cache.test?q"} {
+		got, ok := domain.UpstreamOf(raw)
+		want, wantOK := domain.ParseUpstreamForTest(raw)
+		if got != want || ok != wantOK {
+			t.Errorf("UpstreamOf(%q) = (%q, %v), parsing says (%q, %v)", raw, got, ok, want, wantOK)
+		}
+	}
+	if testing.AllocsPerRun(100, func() { domain.UpstreamOf("http://cache.test/some/path?x=1") }) != 0 {
+		t.Error("a remembered authority still allocates")
+	}
+}

@@ -1,0 +1,4 @@
+package domain
+
+// ParseUpstreamForTest is UpstreamOf without its cache.
+var ParseUpstreamForTest = parseUpstream
