@@ -96,7 +96,7 @@ func New(cfg Config) (*Service, error) {
 		s.leases = lease.New(cfg.Cluster.lease(), p.Leases, p.Bus, cfg.Store, cfg.Clock, s.log)
 		deps.Owner = s.leases
 	}
-	s.load = load.NewGauge(cfg.Store, func() int { return s.d.ExecutingCount() }, s.log)
+	s.load = load.NewGauge(cfg.Store, func() int { return s.d.ExecutingCount() }, cfg.Clock, s.log)
 	deps.Load = s.load
 	s.d = dispatch.New(cfg.dispatch(), deps)
 	if s.leases != nil {

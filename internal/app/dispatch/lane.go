@@ -240,7 +240,7 @@ func (l *lane) stats() LaneStats {
 // setRate publishes the lane's current rate.
 func (l *lane) setRate(rps float64) {
 	l.rate.Store(math.Float64bits(rps))
-	l.rateText = []string{load.FormatRate(rps)}
+	l.rateText = load.RateText(rps)
 }
 
 // flowRate is the lane's current rate, safe to read from any goroutine.
@@ -480,7 +480,7 @@ func (l *lane) dispatchReady(now time.Time) time.Duration {
 				return wait   // every member paused or busy: a completion or a pause's end wakes the lane
 			}
 			// The member hears its own share of the pool's rate.
-			member, target, flowRate = id, addr, []string{load.FormatRate(rate)}
+			member, target, flowRate = id, addr, load.RateText(rate)
 		}
 		if wait := l.limiter.Take(now); wait > 0 {
 			if member != "" {

@@ -6,7 +6,9 @@ package load
 import (
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -19,13 +21,59 @@ type Load struct {
 	Total    int64   // unfinished work: waiting, running, and results waiting for delivery
 	Depth    int64   // work waiting: jobs not started and results not yet delivered
 	FlowRate float64 // the destination lane's current pace, requests per second
+
+	// The three as header values, preformatted and shared read-only by
+	// every answer (Gauge.Report sets them; a Load built by hand has none,
+	// and Texts formats them).
+	TotalText, DepthText, FlowRateText []string
 }
 
-// FlowRateText formats FlowRate with two decimals, as the headers carry it.
-func (l Load) FlowRateText() string { return FormatRate(l.FlowRate) }
+// Texts returns the header values of l: the preformatted ones, or else
+// freshly formatted.
+func (l Load) Texts() (total, depth, rate []string) {
+	total, depth, rate = l.TotalText, l.DepthText, l.FlowRateText
+	if total == nil {
+		total = []string{strconv.FormatInt(l.Total, 10)}
+	}
+	if depth == nil {
+		depth = []string{strconv.FormatInt(l.Depth, 10)}
+	}
+	if rate == nil {
+		rate = RateText(l.FlowRate)
+	}
+	return total, depth, rate
+}
 
 // FormatRate formats a rate as the load headers carry it: two decimals.
 func FormatRate(r float64) string { return strconv.FormatFloat(r, 'f', 2, 64) }
+
+// RateText returns FormatRate(r) as a header value shared read-only by
+// every caller. Each lane's pace is one of a few values at a time, so the
+// texts are remembered (at most rateTexts of them; the memory starts over
+// when full) rather than formatted for every request and answer.
+func RateText(r float64) []string {
+	rateMu.RLock()
+	v, ok := rateCache[r]
+	rateMu.RUnlock()
+	if ok {
+		return v
+	}
+	v = []string{FormatRate(r)}
+	rateMu.Lock()
+	if len(rateCache) >= rateTexts {
+		clear(rateCache)
+	}
+	rateCache[r] = v
+	rateMu.Unlock()
+	return v
+}
+
+const rateTexts = 1024
+
+var (
+	rateMu    sync.RWMutex
+	rateCache = make(map[float64][]string)
+)
 
 // Gauge keeps the store-wide counts behind the load headers. Counting
 // per request would cost a query per dispatch; instead the counts are
@@ -35,11 +83,20 @@ func FormatRate(r float64) string { return strconv.FormatFloat(r, 'f', 2, 64) }
 type Gauge struct {
 	store   ports.JobStore
 	running func() int // attempts running in this process
+	clock   ports.Clock
 	log     *zap.Logger
 
 	wanted atomic.Bool
 	now    atomic.Pointer[Snapshot]
+	next   time.Time // refreshes before this are skipped (Refresh's caller only)
 }
+
+// countShare bounds the time spent counting: after a count that took d,
+// the next waits at least (countShare-1)·d, so counting takes at most
+// 1/countShare of one core however large the backlog (a store that counts
+// by scanning takes ~100 ms at a million jobs; the headers are then that
+// many seconds old rather than one).
+const countShare = 20
 
 // Snapshot is one refresh: the counts and their header texts.
 type Snapshot struct {
@@ -49,8 +106,8 @@ type Snapshot struct {
 
 // NewGauge returns a gauge over store; running counts the attempts this
 // process runs (quick ones are in flight only in memory).
-func NewGauge(store ports.JobStore, running func() int, log *zap.Logger) *Gauge {
-	g := &Gauge{store: store, running: running, log: log}
+func NewGauge(store ports.JobStore, running func() int, clock ports.Clock, log *zap.Logger) *Gauge {
+	g := &Gauge{store: store, running: running, clock: clock, log: log}
 	g.now.Store(&Snapshot{TotalText: []string{"0"}, DepthText: []string{"0"}})
 	return g
 }
@@ -65,16 +122,21 @@ func (g *Gauge) Snapshot() *Snapshot {
 // Report returns the current load with the given flow rate.
 func (g *Gauge) Report(flowRate float64) Load {
 	s := g.Snapshot()
-	return Load{Total: s.Total, Depth: s.Depth, FlowRate: flowRate}
+	return Load{Total: s.Total, Depth: s.Depth, FlowRate: flowRate,
+		TotalText: s.TotalText, DepthText: s.DepthText, FlowRateText: RateText(flowRate)}
 }
 
 // Refresh reads the counts if anybody asked for them since the last refresh
-// (force: regardless).
+// and the last count's cost allows (countShare); force: regardless. Calls
+// must not overlap (one background loop makes them).
 func (g *Gauge) Refresh(ctx context.Context, force bool) {
-	if !g.wanted.Swap(false) && !force {
+	start := g.clock.Now()
+	if !force && (!g.wanted.Load() || start.Before(g.next)) {
 		return
 	}
+	g.wanted.Store(false)
 	c, err := g.store.Counts(ctx)
+	g.next = start.Add(countShare * g.clock.Now().Sub(start))
 	if err != nil {
 		if ctx.Err() == nil {
 			g.log.Warn("counting jobs for the load headers failed", zap.Error(err))

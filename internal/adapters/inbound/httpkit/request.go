@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -84,9 +83,9 @@ var loadHeaderNames = [...][3]string{
 
 // SetLoadHeaders sets the load headers of l on h.
 func SetLoadHeaders(h http.Header, l app.Load) {
-	total, depth, rate := strconv.FormatInt(l.Total, 10), strconv.FormatInt(l.Depth, 10), l.FlowRateText()
+	total, depth, rate := l.Texts() // shared read-only: net/http only reads them
 	for _, n := range loadHeaderNames {
-		h[n[0]], h[n[1]], h[n[2]] = []string{total}, []string{depth}, []string{rate}
+		h[n[0]], h[n[1]], h[n[2]] = total, depth, rate
 	}
 }
 
