@@ -37,6 +37,12 @@ func UpstreamOf(raw string) (UpstreamKey, bool) {
 	return k, valid
 }
 
+// AuthorityPrefix returns raw up to the end of its authority when the rest
+// of raw cannot change how url.Parse reads that authority (see
+// authorityPrefix): a key for remembering per-destination answers without
+// parsing the URL.
+func AuthorityPrefix(raw string) (string, bool) { return authorityPrefix(raw) }
+
 // authorityPrefix returns raw up to the end of its authority — "scheme://"
 // and what follows up to the first '/', '?' or '#', where url.Parse ends it
 // — when nothing in raw could make url.Parse answer differently for raw

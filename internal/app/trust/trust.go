@@ -49,7 +49,25 @@ type trustManager struct {
 	mu       sync.Mutex
 	misses   map[string]time.Time     // domain → probe again after
 	inflight map[string]chan struct{} // domain → handshake running
+	known    map[string]knownTrust    // URL authority → the last answer (trustRecheck)
 }
+
+// knownTrust is trusted's last answer for one receiver and until when it
+// stands.
+type knownTrust struct {
+	trusted bool
+	until   time.Time
+}
+
+// trustRecheck is how long trusted's "no" for a receiver stands before the
+// trust store is read again (a miss window ending sooner ends it sooner):
+// deliveries to a receiver without L8 — most of them — then cost one store
+// read (a file's stat) a second, not one each. A "yes" is not remembered:
+// removing a receiver's trust file revokes it for the very next delivery.
+const trustRecheck = time.Second
+
+// maxKnown bounds the remembered answers; the memory starts over when full.
+const maxKnown = 4096
 
 func newTrustManager(cfg Config, doer ports.Doer, clock ports.Clock, log *zap.Logger) *trustManager {
 	if cfg.MissTTL <= 0 {
@@ -62,7 +80,7 @@ func newTrustManager(cfg Config, doer ports.Doer, clock ports.Clock, log *zap.Lo
 		cfg.Trust = &memTrust{m: map[string]*l8.Trust{}}
 	}
 	return &trustManager{cfg: cfg, doer: doer, clock: clock, log: log.Named("l8"),
-		misses: map[string]time.Time{}, inflight: map[string]chan struct{}{}}
+		misses: map[string]time.Time{}, inflight: map[string]chan struct{}{}, known: map[string]knownTrust{}}
 }
 
 // domainOf returns scheme://host[:port] of a URL, "" if it has none.
@@ -74,23 +92,53 @@ func domainOf(raw string) string {
 	return u.Scheme + "://" + u.Host
 }
 
-// trusted reports whether deliveries to target should be L8-signed,
+// trusted reports whether deliveries to target should be L8-signed: the
+// answer of check, a "no" remembered per receiver for trustRecheck.
+func (tm *trustManager) trusted(ctx context.Context, target string) bool {
+	key, keyed := domain.AuthorityPrefix(target)
+	now := tm.clock.Now()
+	if keyed {
+		tm.mu.Lock()
+		k, hit := tm.known[key]
+		tm.mu.Unlock()
+		if hit && now.Before(k.until) {
+			return k.trusted
+		}
+	}
+	t, until := tm.check(ctx, target)
+	if keyed && !t && now.Before(until) {
+		tm.mu.Lock()
+		if len(tm.known) >= maxKnown {
+			clear(tm.known)
+		}
+		tm.known[strings.Clone(key)] = knownTrust{trusted: t, until: until}
+		tm.mu.Unlock()
+	}
+	return t
+}
+
+// check reports whether deliveries to target should be L8-signed,
 // running the handshake first if the receiver is neither trusted nor
 // recently found not to speak L8. Concurrent deliveries to one receiver
-// share one handshake. Any failure leaves the delivery unsigned.
-func (tm *trustManager) trusted(ctx context.Context, target string) bool {
+// share one handshake. Any failure leaves the delivery unsigned. until is
+// how long the answer may be reused (zero: not at all).
+func (tm *trustManager) check(ctx context.Context, target string) (trusted bool, until time.Time) {
+	recheck := tm.clock.Now().Add(trustRecheck)
 	dom := domainOf(target)
 	if dom == "" {
-		return false
+		return false, recheck
 	}
 	for {
 		if _, err := tm.cfg.Trust.Get(dom); err == nil {
-			return true
+			return true, recheck
 		}
 		tm.mu.Lock()
 		if until, ok := tm.misses[dom]; ok && tm.clock.Now().Before(until) {
 			tm.mu.Unlock()
-			return false
+			if until.Before(recheck) {
+				return false, until
+			}
+			return false, recheck
 		}
 		if wait, ok := tm.inflight[dom]; ok {
 			tm.mu.Unlock()
@@ -98,7 +146,7 @@ func (tm *trustManager) trusted(ctx context.Context, target string) bool {
 			case <-wait:
 				continue // look at the result
 			case <-ctx.Done():
-				return false
+				return false, time.Time{}
 			}
 		}
 		done := make(chan struct{})
@@ -118,10 +166,13 @@ func (tm *trustManager) trusted(ctx context.Context, target string) bool {
 		if err != nil {
 			tm.log.Info("webhook receiver does not speak L8; deliveries carry Standard Webhooks signatures only",
 				zap.String("domain", dom), zap.String("reason", err.Error()), zap.Duration("retry_in", tm.cfg.MissTTL))
-			return false
+			if missUntil := tm.clock.Now().Add(tm.cfg.MissTTL); missUntil.Before(recheck) {
+				return false, missUntil
+			}
+			return false, recheck
 		}
 		tm.log.Info("webhook receiver trusted", zap.String("domain", dom))
-		return true
+		return true, recheck
 	}
 }
 
