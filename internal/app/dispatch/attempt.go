@@ -318,10 +318,10 @@ func (d *Dispatcher) requeue(j *domain.Job, phase domain.Phase, attempts, deferr
 // retried; a 429 defers.
 func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []string, probe bool) (o *outcome) {
 	n := j.Delivery.Attempts + 1
-	log := d.log.With(zap.String("job_id", string(j.ID)))
+	jobID := zap.String("job_id", string(j.ID)) // a field, not a logger per delivery: most log nothing
 	defer func() {
 		if p := recover(); p != nil {
-			log.Error("panic while delivering a webhook", zap.Any("panic", p), zap.Stack("stack"))
+			d.log.Error("panic while delivering a webhook", jobID, zap.Any("panic", p), zap.Stack("stack"))
 			d.finishDelivery(j, false, n, &domain.Result{Reason: "internal panic"})
 			o = &outcome{job: j, kind: outcomeDone}
 		}
@@ -353,7 +353,7 @@ func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 			return d.requeue(j, domain.PhaseDeliver, j.Delivery.Attempts, j.Deferrals, ar, outcomeHeld, d.cfg.Clock.Now())
 		case holdRanOut:
 			ar.result.Reason = d.outageReason(ar.result.Reason)
-			log.Warn("webhook delivery failed; receiver down for longer than max_outage_hold", zap.String("reason", ar.result.Reason))
+			d.log.Warn("webhook delivery failed; receiver down for longer than max_outage_hold", jobID, zap.String("reason", ar.result.Reason))
 			d.finishDelivery(j, false, n, ar.result)
 			return (&outcome{job: j, kind: outcomeDone}).report(ar)
 		}
@@ -365,7 +365,7 @@ func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 	}
 	if ar.status() == http.StatusTooManyRequests { // deferrals spent
 		ar.result.Reason = fmt.Sprintf("receiver answered 429 %d times", j.Deferrals+1)
-		log.Warn("webhook delivery failed", zap.String("reason", ar.result.Reason))
+		d.log.Warn("webhook delivery failed", jobID, zap.String("reason", ar.result.Reason))
 		d.finishDelivery(j, false, n, ar.result)
 		return (&outcome{job: j, kind: outcomeDone}).report(ar)
 	}
@@ -373,7 +373,7 @@ func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 		return d.requeue(j, domain.PhaseDeliver, n, j.Deferrals, ar, outcomeRetry, d.cfg.Clock.Now().Add(d.retryDelay(j, domain.PhaseDeliver, n, ar)))
 	}
 	if ar.retryable {
-		log.Warn("webhook delivery failed; retries spent", zap.Int("attempts", n), zap.String("reason", ar.result.Reason))
+		d.log.Warn("webhook delivery failed; retries spent", jobID, zap.Int("attempts", n), zap.String("reason", ar.result.Reason))
 	}
 	d.finishDelivery(j, !ar.retryable && !ar.denied, n, ar.result)
 	return (&outcome{job: j, kind: outcomeDone}).report(ar)
