@@ -520,12 +520,20 @@ func buildRequest(ctx context.Context, j *domain.Job, target string) (*http.Requ
 	if err != nil {
 		return nil, err
 	}
+	// Room for the job's headers and the ones decorate and setTrace add,
+	// and one backing array for all the job's values.
+	req.Header = make(http.Header, len(j.Headers)+len(loadHeaders)*3+3)
+	values := make([]string, len(j.Headers))
+	i := 0
 	for k, v := range j.Headers {
-		if http.CanonicalHeaderKey(k) == "Host" {
+		k = http.CanonicalHeaderKey(k)
+		if k == "Host" {
 			req.Host = v
 			continue
 		}
-		req.Header.Set(k, v)
+		values[i] = v
+		req.Header[k] = values[i : i+1 : i+1]
+		i++
 	}
 	return req, nil
 }
