@@ -168,6 +168,9 @@ func decodeJSON(raw []byte, dst any) (msg, field string) {
 		// different keys could become one, and the caller would never know.
 		return "invalid json: request body is not valid UTF-8", ""
 	}
+	if f, ok := dst.(fastDecoder); ok && f.decodeFast(trimmed) {
+		return "", ""
+	}
 	// json.Unmarshal checks the whole input, so anything after the object
 	// (a second object, a stray '}') is a syntax error too.
 	if err := json.Unmarshal(trimmed, dst); err != nil {
