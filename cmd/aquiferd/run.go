@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -148,6 +149,9 @@ func newTracer(ctx context.Context, cfg *config.Config, log *zap.Logger) (*otelt
 // is down must not hold the process up for the exporter's whole retry.
 const tracerFlushTimeout = 5 * time.Second
 
+// debugMutexFraction is the mutex profile's sampling with AQUIFER_DEBUG_ADDR.
+const debugMutexFraction = 100
+
 // flushTracer exports the spans still queued and stops the tracer. A
 // failure is logged, never the process's: the jobs are safe either way.
 func (d *daemon) flushTracer() {
@@ -237,6 +241,9 @@ func (d *daemon) serve(ctx context.Context) error {
 		d.log.Warn("no memory limit set: under sustained overload memory grows until the OS intervenes; set AQUIFER_MEMORY_LIMIT_MB to shed load with 429s instead")
 	}
 	if d.cfg.DebugAddr != "" {
+		// Sample one contended lock in debugMutexFraction for
+		// /debug/pprof/mutex: cheap, and only when profiling was asked for.
+		runtime.SetMutexProfileFraction(debugMutexFraction)
 		dbg := &http.Server{Addr: d.cfg.DebugAddr, Handler: debugMux(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = dbg.ListenAndServe() }()
 		defer dbg.Close()
