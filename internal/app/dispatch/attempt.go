@@ -338,6 +338,7 @@ func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 		if err != nil {
 			return nil, &requestError{err}
 		}
+		req.Header = make(http.Header, deliveryHeaders) // no growing on the way
 		req.Header["Content-Type"] = jsonContentType
 		setTrace(req, traceparent, j.TraceState)
 		d.signer.SignDelivery(ctx, req, j, body)
@@ -442,6 +443,11 @@ func (d *Dispatcher) Exchange(ctx context.Context, j *domain.Job, target string,
 	setTrace(req, traceparent, j.TraceState)
 	return d.do(req, flowRate)
 }
+
+// deliveryHeaders is about how many headers a webhook delivery carries:
+// Content-Type, trace context, the load headers in both namespaces, the
+// ORCA format, the Standard Webhooks three and L8's.
+const deliveryHeaders = 3 + len(loadHeaders)*3 + 1 + 3 + 4
 
 // jsonContentType is the Content-Type of every webhook delivery, shared
 // read-only.
