@@ -3,7 +3,6 @@ package dispatch
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -326,11 +325,11 @@ func (d *Dispatcher) deliverAttempt(lo *laneOutage, j *domain.Job, flowRate []st
 			o = &outcome{job: j, kind: outcomeDone}
 		}
 	}()
-	body, err := json.Marshal(NewWebhookPayload(j.ID, j.Status, j.Result))
-	if err != nil {
-		d.finishDelivery(j, false, n, &domain.Result{Reason: "encoding payload: " + err.Error()})
-		return &outcome{job: j, kind: outcomeDone}
+	var size int
+	if j.Result != nil {
+		size = len(j.Result.Body)*4/3 + len(j.Result.Reason) // room for base64 or a few escapes
 	}
+	body := AppendWebhookPayload(make([]byte, 0, size+webhookOverhead), j.ID, j.Status, j.Result)
 	traceparent, endSpan := d.cfg.Tracer.Attempt(j, true, n, d.cfg.Clock.Now())
 	ar := d.send(d.cfg.RequestTimeout, func(ctx context.Context) (*http.Response, error) {
 		ctx = d.policyCtx(ctx, j)
