@@ -34,6 +34,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -80,13 +81,14 @@ type h1Transport struct {
 
 // handles reports whether h1Transport sends req exactly as net/http would.
 // The rest (rare on the dispatch path) goes to net/http: requests asking
-// for a protocol switch or a 100-continue, requests with trailers, CONNECT,
+// for a protocol switch or a 100-continue, requests with trailers or a
+// TransferEncoding of their own, CONNECT,
 // non-ASCII hosts (net/http converts them to punycode), and a body of
 // unknown length for a method that usually has none (net/http probes it
 // with a timer before choosing its framing).
 func (t *h1Transport) handles(req *http.Request) bool {
 	if req.URL == nil || req.URL.Scheme != "http" || req.Method == http.MethodConnect || len(req.Trailer) > 0 ||
-		!isASCII(req.URL.Host) || !isASCII(req.Host) {
+		len(req.TransferEncoding) > 0 || !isASCII(req.URL.Host) || !isASCII(req.Host) {
 		return false
 	}
 	if _, ok := req.Header["Expect"]; ok {
@@ -95,7 +97,7 @@ func (t *h1Transport) handles(req *http.Request) bool {
 	if _, ok := req.Header["Upgrade"]; ok {
 		return false
 	}
-	if outgoingLength(req) < 0 && !isChunked(req.TransferEncoding) {
+	if outgoingLength(req) < 0 {
 		switch valueOrDefault(req.Method, http.MethodGet) {
 		case "GET", "HEAD", "DELETE", "OPTIONS", "PROPFIND", "SEARCH":
 			return false
@@ -246,6 +248,12 @@ type h1Conn struct {
 	idleAt    time.Time
 	inIdle    bool
 	idleTimer *time.Timer
+
+	// alive's state (Linux): the raw connection and the peek callback,
+	// made once, and the last peek's answer.
+	raw      syscall.RawConn
+	peekFn   func(fd uintptr) bool
+	peekOpen bool
 
 	hasDeadline bool      // nc has a deadline set
 	deadline    time.Time // the one it has, if set
@@ -400,7 +408,7 @@ func (c *h1Conn) writeRequest(req *http.Request) (err error) {
 	}
 	method := valueOrDefault(req.Method, http.MethodGet)
 	length := outgoingLength(req)
-	chunked := body != nil && (length < 0 || isChunked(req.TransferEncoding))
+	chunked := body != nil && length < 0
 	w := c.bw
 	w.WriteString(method)
 	w.WriteByte(' ')
@@ -493,6 +501,13 @@ func (c *h1Conn) readResponse(req *http.Request) (*http.Response, error) {
 		*resp = http.Response{}
 	}
 	resp.Request = req
+	// http.ReadResponse does this too: HTTP/1.0's Pragma: no-cache is
+	// HTTP/1.1's Cache-Control: no-cache.
+	if pragma := resp.Header["Pragma"]; len(pragma) > 0 && pragma[0] == "no-cache" {
+		if _, ok := resp.Header["Cache-Control"]; !ok {
+			resp.Header["Cache-Control"] = []string{"no-cache"}
+		}
+	}
 	framing, err := frameResponse(resp, req.Method)
 	if err != nil {
 		return nil, err
@@ -885,9 +900,6 @@ func validateRequest(req *http.Request) error {
 			}
 		}
 	}
-	if !validHost(hostHeader(req)) {
-		return errors.New("http: invalid Host header")
-	}
 	if hasCTL(req.URL.RequestURI()) {
 		return errors.New("net/http: can't write control character in Request.URL")
 	}
@@ -909,10 +921,10 @@ func outgoingLength(req *http.Request) int64 {
 }
 
 // sendsZeroLength: net/http sends "Content-Length: 0" for an empty body
-// of every method but GET and HEAD (servers expect it for POST and PUT).
-func sendsZeroLength(method string) bool { return method != "GET" && method != "HEAD" }
-
-func isChunked(te []string) bool { return len(te) > 0 && te[0] == "chunked" }
+// of POST, PUT and PATCH (servers expect one), not of other methods.
+func sendsZeroLength(method string) bool {
+	return method == "POST" || method == "PUT" || method == "PATCH"
+}
 
 func wantsClose(req *http.Request) bool {
 	return req.Close || headerHasToken(req.Header["Connection"], "close")
@@ -944,18 +956,28 @@ func closeBody(req *http.Request) {
 }
 
 // hostHeader is the Host header net/http sends: req.Host or the URL's,
-// without an IPv6 zone.
+// empty if it is not a valid Host header (net/http sends it so, rather
+// than altered), without an IPv6 zone (RFC 6874).
 func hostHeader(req *http.Request) string {
 	host := req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
-	if i := strings.Index(host, "%"); i >= 0 && strings.HasPrefix(host, "[") {
-		if j := strings.LastIndex(host, "]"); j > i {
-			host = host[:i] + host[j:]
-		}
+	if !validHost(host) {
+		return ""
 	}
-	return host
+	if !strings.HasPrefix(host, "[") {
+		return host
+	}
+	i := strings.LastIndex(host, "]")
+	if i < 0 {
+		return host
+	}
+	j := strings.LastIndex(host[:i], "%")
+	if j < 0 {
+		return host
+	}
+	return host[:j] + host[i:]
 }
 
 // hostPort is the pool key and dial address: the URL's host and port
