@@ -80,7 +80,8 @@ func NewClient(o Options) *http.Client {
 		g := &guard{policy: p, resolver: o.Resolver, dial: o.Dial, timeout: o.DialTimeout}
 		t := &transport{std: newTransport(o, g.DialContext)}
 		if !o.NetHTTPForPlainHTTP {
-			t.h1 = &h1Transport{dial: g.DialContext, maxIdle: o.MaxIdleConnsPerHost, idleTimeout: idleConnTimeout}
+			t.h1 = &h1Transport{dial: g.DialContext, maxIdle: o.MaxIdleConnsPerHost,
+				idleTimeout: idleConnTimeout, staleAfter: staleCheckAfter}
 		}
 		return t
 	}}

@@ -26,7 +26,7 @@ func BenchmarkTransport(b *testing.B) {
 		rt   http.RoundTripper
 	}{
 		{"net-http", newTransport(Options{MaxIdleConnsPerHost: 16}, loopbackDial)},
-		{"h1", &h1Transport{dial: loopbackDial, maxIdle: 16, idleTimeout: idleConnTimeout}},
+		{"h1", &h1Transport{dial: loopbackDial, maxIdle: 16, idleTimeout: idleConnTimeout, staleAfter: staleCheckAfter}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			client := &http.Client{Transport: bc.rt}

@@ -33,7 +33,7 @@ func loopbackDial(ctx context.Context, network, address string) (net.Conn, error
 // closes the idle connections and checks that none is left open.
 func newH1(t *testing.T) *h1Transport {
 	t.Helper()
-	tr := &h1Transport{dial: loopbackDial, maxIdle: 16, idleTimeout: idleConnTimeout}
+	tr := &h1Transport{dial: loopbackDial, maxIdle: 16, idleTimeout: idleConnTimeout, staleAfter: staleCheckAfter}
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()
 		if n := tr.open.Load(); n != 0 {
@@ -380,38 +380,49 @@ func TestH1ServerWithoutKeepAlive(t *testing.T) {
 }
 
 // A server that closes a kept-alive connection after one answer without
-// saying so: the close is seen before the connection is used again, so
-// even a POST (which is never sent twice) goes out on a new connection.
+// saying so: with the check on every reuse, the close is seen before the
+// connection is used again, so even a POST (which is never sent twice)
+// goes out on a new connection. With the default threshold the check
+// happens after a second idle (the case of servers' idle timeouts).
 func TestH1ServerClosedIdleConnection(t *testing.T) {
 	t.Parallel()
-	closed := make(chan struct{}, 10)
-	srv := newRawServer(t, func(_ int, c net.Conn, r *bufio.Reader) {
-		if _, _, err := readRequest(r); err != nil {
-			return
-		}
-		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		c.Close()
-		closed <- struct{}{}
-	})
-	h1 := newH1(t)
-	for i := range 3 {
-		res, err := fetch(h1, newRequest(t, t.Context(), "POST", srv.url("/"), strings.NewReader("job")))
-		if err != nil || res.Body != "ok" {
-			t.Fatalf("request %d: %+v, %v", i, res, err)
-		}
-		<-closed
-		waitFor(t, func() bool { // the FIN reaches the client's socket
-			c := h1.idle[strings.TrimPrefix(srv.url(""), "http://")]
-			return len(c) == 1 && !peekOpen(c[0])
+	for _, staleAfter := range []time.Duration{0, staleCheckAfter} {
+		closed := make(chan struct{}, 10)
+		srv := newRawServer(t, func(_ int, c net.Conn, r *bufio.Reader) {
+			if _, _, err := readRequest(r); err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			c.Close()
+			closed <- struct{}{}
 		})
-	}
-	if n := srv.accepted.Load(); n != 3 {
-		t.Fatalf("%d connections, want 3", n)
+		h1 := newH1(t)
+		h1.staleAfter = staleAfter
+		rounds := 3
+		if staleAfter > 0 {
+			rounds = 2
+		}
+		for i := range rounds {
+			res, err := fetch(h1, newRequest(t, t.Context(), "POST", srv.url("/"), strings.NewReader("job")))
+			if err != nil || res.Body != "ok" {
+				t.Fatalf("staleAfter %v, request %d: %+v, %v", staleAfter, i, res, err)
+			}
+			<-closed
+			waitFor(t, func() bool { // the FIN reaches the client's socket
+				h1.mu.Lock()
+				defer h1.mu.Unlock()
+				c := h1.idle[strings.TrimPrefix(srv.url(""), "http://")]
+				return len(c) == 1 && !c[0].alive()
+			})
+			if staleAfter > 0 {
+				time.Sleep(staleAfter + 50*time.Millisecond)
+			}
+		}
+		if n := srv.accepted.Load(); n != int64(rounds) {
+			t.Fatalf("%d connections, want %d", n, rounds)
+		}
 	}
 }
-
-// peekOpen is alive without taking the connection out of the pool.
-func peekOpen(c *h1Conn) bool { return c.alive() }
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
