@@ -19,6 +19,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -820,12 +821,20 @@ func (b *h1Body) atEnd() error {
 }
 
 // readTrailer reads the header block after the last chunk (usually just
-// CRLF) into resp.Trailer, within the header size cap.
+// CRLF) into resp.Trailer. Like net/http it insists on CRLFs there and on
+// a trailer that fits in the read buffer.
 func (b *h1Body) readTrailer() error {
 	c := b.c
-	if buf, _ := c.br.Peek(2); len(buf) == 2 && buf[0] == '\r' && buf[1] == '\n' {
+	buf, _ := c.br.Peek(2)
+	if len(buf) == 2 && buf[0] == '\r' && buf[1] == '\n' {
 		_, _ = c.br.Discard(2)
 		return io.EOF
+	}
+	if len(buf) < 2 {
+		return io.ErrUnexpectedEOF
+	}
+	if !seeUpcomingDoubleCRLF(c.br) {
+		return errors.New("http: suspiciously long trailer after chunked body")
 	}
 	c.readLimit = maxResponseHeaderBytes
 	hdr, err := c.tp.ReadMIMEHeader()
@@ -836,16 +845,28 @@ func (b *h1Body) readTrailer() error {
 		}
 		return err
 	}
-	if len(hdr) == 0 {
-		return io.EOF
-	}
 	if b.resp.Trailer == nil {
-		b.resp.Trailer = http.Header{}
+		b.resp.Trailer = http.Header(hdr)
+		return io.EOF
 	}
 	for k, vv := range hdr {
 		b.resp.Trailer[k] = vv
 	}
 	return io.EOF
+}
+
+// seeUpcomingDoubleCRLF reports whether a CRLFCRLF comes within r's
+// buffer (net/http's check before it reads a trailer).
+func seeUpcomingDoubleCRLF(r *bufio.Reader) bool {
+	for n := 4; ; n++ {
+		buf, err := r.Peek(n)
+		if bytes.HasSuffix(buf, []byte("\r\n\r\n")) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
 }
 
 func (b *h1Body) Close() error {
