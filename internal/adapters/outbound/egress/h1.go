@@ -114,8 +114,9 @@ func (t *h1Transport) handles(req *http.Request) bool {
 	return true
 }
 
-// RoundTrip sends req on an idle connection to its host or a new one. See
-// retryable for when a failed request is sent again.
+// RoundTrip sends req on an idle connection to its host or a new one. A
+// request that fails on a reused connection is sent once more on a new one
+// when h1Conn.roundTrip says it may be.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := validateRequest(req); err != nil {
 		closeBody(req)
@@ -251,6 +252,7 @@ type h1Conn struct {
 
 	readLimit int64 // bytes br may still read from nc: caps a response head
 	nwrite    int64 // bytes written to nc, ever
+	werr      error // the connection's write error in this exchange
 	reused    bool  // it has served a request before this one
 
 	idleAt    time.Time
@@ -289,6 +291,9 @@ type countingWriter struct{ c *h1Conn }
 func (w countingWriter) Write(p []byte) (int, error) {
 	n, err := w.c.nc.Write(p)
 	w.c.nwrite += int64(n)
+	if err != nil {
+		w.c.werr = err
+	}
 	return n, err
 }
 
@@ -384,8 +389,11 @@ func (c *h1Conn) roundTrip(req *http.Request) (resp *http.Response, retry bool, 
 	c.begin(ctx)
 	reused := c.reused
 	written := c.nwrite
+	c.werr = nil
 	if err := c.writeRequest(req); err != nil {
-		nothing := c.nwrite == written
+		// Only the connection failing to take the first byte counts, not
+		// a body that failed to read.
+		nothing := c.werr != nil && c.nwrite == written
 		return nil, reused && nothing && rewindable(req), c.fail(ctx, err)
 	}
 	// A kept-alive connection the server closed shows as an error before

@@ -1052,3 +1052,34 @@ func FuzzH1Response(f *testing.F) {
 		}
 	})
 }
+
+type failingBody struct{}
+
+func (failingBody) Read([]byte) (int, error) { return 0, errors.New("body read failed (test)") }
+func (failingBody) Close() error             { return nil }
+
+// A body that fails to read is the caller's error: it is not sent again,
+// even on a reused connection, and the connection is closed.
+func TestH1BodyErrorNotRetried(t *testing.T) {
+	t.Parallel()
+	srv, _ := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	h1 := newH1(t)
+	if _, err := fetch(h1, newRequest(t, t.Context(), "GET", srv.URL, nil)); err != nil {
+		t.Fatal(err)
+	}
+	req := newRequest(t, t.Context(), "PUT", srv.URL, nil)
+	req.Body, req.ContentLength = failingBody{}, 10
+	var rewound atomic.Int64
+	req.GetBody = func() (io.ReadCloser, error) { rewound.Add(1); return failingBody{}, nil }
+	if _, err := h1.RoundTrip(req); err == nil || !strings.Contains(err.Error(), "body read failed (test)") {
+		t.Fatalf("error %v, want the body's", err)
+	}
+	if rewound.Load() != 0 {
+		t.Fatal("a request whose body failed was sent again")
+	}
+	if n := h1.open.Load(); n != 0 {
+		t.Fatalf("%d connections kept after a failed request", n)
+	}
+}
