@@ -265,8 +265,8 @@ type h1Conn struct {
 	peekFn   func(fd uintptr) bool
 	peekOpen bool
 
-	hasDeadline bool      // nc has a deadline set
-	deadline    time.Time // the one it has, if set
+	hasDeadline bool        // nc has a deadline set
+	deadline    time.Time   // the one it has, if set
 	stopCtx     func() bool // stops the context.AfterFunc of the current request
 	closed      atomic.Bool
 }
