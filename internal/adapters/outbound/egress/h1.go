@@ -265,9 +265,11 @@ type h1Conn struct {
 	peekFn   func(fd uintptr) bool
 	peekOpen bool
 
-	hasDeadline bool        // nc has a deadline set
-	deadline    time.Time   // the one it has, if set
-	stopCtx     func() bool // stops the context.AfterFunc of the current request
+	hasDeadline bool             // nc has a deadline set
+	deadline    time.Time        // the one it has, if set
+	stopCtx     func() bool      // stops the context.AfterFunc of the current request
+	abortFn     func()           // c.abort, made once
+	lr          io.LimitedReader // writeRequest's, kept to save an allocation
 	closed      atomic.Bool
 }
 
@@ -336,7 +338,10 @@ func (c *h1Conn) begin(ctx context.Context) {
 	}
 	c.stopCtx = nil
 	if ctx.Done() != nil {
-		c.stopCtx = context.AfterFunc(ctx, c.abort)
+		if c.abortFn == nil {
+			c.abortFn = c.abort
+		}
+		c.stopCtx = context.AfterFunc(ctx, c.abortFn)
 	}
 }
 
@@ -475,7 +480,9 @@ func (c *h1Conn) writeRequest(req *http.Request) (err error) {
 		w.WriteString("\r\n") // no trailer
 		return w.Flush()
 	}
-	n, err := io.Copy(w, io.LimitReader(body, length))
+	c.lr = io.LimitedReader{R: body, N: length}
+	n, err := io.Copy(w, &c.lr)
+	c.lr.R = nil
 	if err != nil {
 		return err
 	}
@@ -596,6 +603,23 @@ func (c *h1Conn) readLine() ([]byte, error) {
 
 // parseStatusLine parses "HTTP/1.1 200 OK" like http.ReadResponse.
 func parseStatusLine(line []byte, resp *http.Response) error {
+	switch string(line) { // the usual ones, without allocating
+	case "HTTP/1.1 200 OK":
+		resp.Status, resp.StatusCode = "200 OK", 200
+	case "HTTP/1.1 201 Created":
+		resp.Status, resp.StatusCode = "201 Created", 201
+	case "HTTP/1.1 202 Accepted":
+		resp.Status, resp.StatusCode = "202 Accepted", 202
+	case "HTTP/1.1 204 No Content":
+		resp.Status, resp.StatusCode = "204 No Content", 204
+	default:
+		return parseAnyStatusLine(line, resp)
+	}
+	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
+	return nil
+}
+
+func parseAnyStatusLine(line []byte, resp *http.Response) error {
 	proto, status, ok := strings.Cut(string(line), " ")
 	if !ok {
 		return fmt.Errorf("malformed HTTP response %q", line)
@@ -1019,11 +1043,10 @@ func hostHeader(req *http.Request) string {
 // hostPort is the pool key and dial address: the URL's host and port
 // (80 when absent).
 func hostPort(req *http.Request) string {
-	port := req.URL.Port()
-	if port == "" {
-		port = "80"
+	if req.URL.Port() != "" {
+		return req.URL.Host // already host:port, bracketed if IPv6
 	}
-	return net.JoinHostPort(req.URL.Hostname(), port)
+	return net.JoinHostPort(req.URL.Hostname(), "80")
 }
 
 // writeHeader writes h sorted by key, like http.Header.Write, leaving out
