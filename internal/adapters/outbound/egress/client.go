@@ -38,7 +38,14 @@ type Options struct {
 	// Dial connects to one checked "ip:port". Default a net.Dialer with 30s
 	// keep-alives. Tests inject fakes.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// NetHTTPForPlainHTTP sends http:// requests with net/http's Transport
+	// too, instead of Aquifer's own HTTP/1.1 client (h1Transport). Tests
+	// use it to hold both to the same rules.
+	NetHTTPForPlainHTTP bool
 }
+
+// idleConnTimeout closes a kept-alive connection nobody used for this long.
+const idleConnTimeout = 90 * time.Second
 
 // Resolver looks up a host's addresses; *net.Resolver is one.
 type Resolver interface {
@@ -49,7 +56,10 @@ type Resolver interface {
 // timeout: every attempt carries its own deadline in its context. It does not
 // use proxy settings from the environment, so where a request goes is decided
 // by the job and Aquifer's configuration only, and it does not decompress
-// responses behind the caller's back.
+// responses behind the caller's back. http:// requests go through Aquifer's
+// own HTTP/1.1 client (h1Transport, cheaper per request than net/http's);
+// https:// ones, and the rare http:// requests it leaves to net/http, through
+// net/http's Transport with HTTP/2. Both dial through the same guard.
 func NewClient(o Options) *http.Client {
 	if o.MaxIdleConnsPerHost <= 0 {
 		o.MaxIdleConnsPerHost = 256
@@ -66,9 +76,14 @@ func NewClient(o Options) *http.Client {
 	if o.Dial == nil {
 		o.Dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	}
-	rt := &policyTransport{fallback: o.Policy, newTransport: func(p *domain.DestinationPolicy) *http.Transport {
+	rt := &policyTransport{fallback: o.Policy, newTransport: func(p *domain.DestinationPolicy) *transport {
 		g := &guard{policy: p, resolver: o.Resolver, dial: o.Dial, timeout: o.DialTimeout}
-		return newTransport(o, g.DialContext)
+		t := &transport{std: newTransport(o, g.DialContext)}
+		if !o.NetHTTPForPlainHTTP {
+			t.h1 = &h1Transport{dial: g.DialContext, maxIdle: o.MaxIdleConnsPerHost,
+				idleTimeout: idleConnTimeout, staleAfter: staleCheckAfter}
+		}
+		return t
 	}}
 	maxRedirects := o.MaxRedirects
 	return &http.Client{
@@ -95,8 +110,28 @@ func newTransport(o Options, dial func(ctx context.Context, network, address str
 		DisableCompression:    true,
 		MaxIdleConns:          4 * o.MaxIdleConnsPerHost,
 		MaxIdleConnsPerHost:   o.MaxIdleConnsPerHost,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idleConnTimeout,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
+}
+
+// transport is one policy's pair of transports.
+type transport struct {
+	h1  *h1Transport // nil with Options.NetHTTPForPlainHTTP
+	std *http.Transport
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.h1 != nil && t.h1.handles(req) {
+		return t.h1.RoundTrip(req)
+	}
+	return t.std.RoundTrip(req)
+}
+
+func (t *transport) CloseIdleConnections() {
+	if t.h1 != nil {
+		t.h1.CloseIdleConnections()
+	}
+	t.std.CloseIdleConnections()
 }

@@ -30,10 +30,10 @@ func PolicyFrom(ctx context.Context) *domain.DestinationPolicy {
 // opened to an address the strict one forbids.
 type policyTransport struct {
 	fallback     *domain.DestinationPolicy
-	newTransport func(*domain.DestinationPolicy) *http.Transport
+	newTransport func(*domain.DestinationPolicy) *transport
 
 	mu       sync.Mutex
-	byPolicy map[string]*http.Transport // by DestinationPolicy.String()
+	byPolicy map[string]*transport // by DestinationPolicy.String()
 }
 
 func (t *policyTransport) policyOf(ctx context.Context) *domain.DestinationPolicy {
@@ -47,14 +47,14 @@ func (t *policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.transport(t.policyOf(req.Context())).RoundTrip(req)
 }
 
-func (t *policyTransport) transport(p *domain.DestinationPolicy) *http.Transport {
+func (t *policyTransport) transport(p *domain.DestinationPolicy) *transport {
 	key := p.String()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tr, ok := t.byPolicy[key]
 	if !ok {
 		if t.byPolicy == nil {
-			t.byPolicy = map[string]*http.Transport{}
+			t.byPolicy = map[string]*transport{}
 		}
 		tr = t.newTransport(p)
 		t.byPolicy[key] = tr
