@@ -46,15 +46,6 @@ const (
 	// closeDrainLimit is how much of an unread body Close reads and throws
 	// away to keep the connection; a longer rest closes it instead.
 	closeDrainLimit = 256 << 10
-	// staleCheckAfter: a connection idle longer than this is checked for a
-	// close from the server before it is reused (see h1Conn.alive). The
-	// check is a syscall (about 1µs); a connection reused sooner is used
-	// unchecked, because servers close idle connections after seconds
-	// (Node's 5s, nginx's 75s), and a server that closes one right after
-	// answering, without "Connection: close", is caught by the retry rules
-	// of roundTrip (a request that is not replayable then fails and is the
-	// caller's to retry).
-	staleCheckAfter = time.Second
 	// closeDrainWait bounds how long Close waits for the rest of a body.
 	closeDrainWait = time.Second
 	// max1xx bounds the informational responses skipped before the final

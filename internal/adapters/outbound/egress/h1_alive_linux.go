@@ -2,6 +2,16 @@ package egress
 
 import "syscall"
 
+// staleCheckAfter: a connection idle longer than this is checked for a
+// close from the server before it is reused (h1Conn.alive). Zero: every
+// reuse is checked. The check is one non-blocking recvfrom (about 1 µs);
+// net/http gets the same protection from a read goroutine per connection.
+// Checking only connections idle for a while would miss a server that
+// closes right after answering without "Connection: close", and the next
+// request on it — a POST that cannot be replayed — would fail for
+// Aquifer's reason, not the destination's.
+const staleCheckAfter = 0
+
 // alive reports whether the server has not closed c while it sat idle: a
 // peek at the socket without blocking finds nothing to read. Data or EOF
 // means the connection cannot carry a new request (a server sends nothing

@@ -386,7 +386,7 @@ func TestH1ServerWithoutKeepAlive(t *testing.T) {
 // happens after a second idle (the case of servers' idle timeouts).
 func TestH1ServerClosedIdleConnection(t *testing.T) {
 	t.Parallel()
-	for _, staleAfter := range []time.Duration{0, staleCheckAfter} {
+	for _, staleAfter := range []time.Duration{0, time.Second} {
 		closed := make(chan struct{}, 10)
 		srv := newRawServer(t, func(_ int, c net.Conn, r *bufio.Reader) {
 			if _, _, err := readRequest(r); err != nil {
