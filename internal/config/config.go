@@ -133,6 +133,7 @@ type Config struct {
 	OTelServiceName string
 	// Drain mode.
 	DrainEnabled    bool
+	HTTP1Client     bool // http:// through egress's own HTTP/1.1 transport
 	DrainIdle       time.Duration
 	DrainWebhookURL string
 	DrainPageSize   int
@@ -412,6 +413,9 @@ var Settings = []Setting{
 			c.OTelServiceName = v
 			return nil
 		}},
+	{Key: "outbound.http1_client", Env: "AQUIFER_HTTP1_CLIENT", Default: "true",
+		Doc:   "Send http:// requests with Aquifer's own HTTP/1.1 client (less CPU per request); false: Go's net/http Transport, as for https://. true/false.",
+		apply: func(c *Config, v string) (err error) { c.HTTP1Client, err = parseBool(v); return }},
 	{Key: "drain.enabled", Env: "AQUIFER_DRAIN_ENABLED", Default: "false",
 		Doc:   "Drain mode: once the whole process is idle, flush the ledger to AQUIFER_DRAIN_WEBHOOK_URL and clear it. true/false (1/0, yes/no).",
 		apply: func(c *Config, v string) (err error) { c.DrainEnabled, err = parseBool(v); return }},

@@ -94,6 +94,7 @@ func TestLoadDefaults(t *testing.T) {
 				UI:                     true,
 				OTelExporter:           "off",
 				OTelServiceName:        "aquiferd",
+				HTTP1Client:            true,
 				DrainPageSize:          1000,
 				ConfigPath:             "",
 				StoreBackend:           "sqlite",

@@ -69,7 +69,7 @@ func build(o Options) (*Aquifer, error) {
 		if err != nil {
 			return nil, err
 		}
-		doer = egress.NewClient(egress.Options{Policy: policy})
+		doer = egress.NewClient(egress.Options{Policy: policy, NetHTTPForPlainHTTP: o.NetHTTPForPlainHTTP})
 	}
 	logSigning(o)
 	// Every setting the core shares with Options has the core's own type:

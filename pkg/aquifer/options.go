@@ -95,6 +95,10 @@ type Options struct {
 	// does not decompress responses. A Doer of your own gets the
 	// submission-time checks only.
 	Doer Doer
+	// NetHTTPForPlainHTTP makes the default Doer send http:// requests with
+	// Go's net/http Transport, as it sends https://, instead of Aquifer's
+	// own HTTP/1.1 client (the default, which costs less CPU per request).
+	NetHTTPForPlainHTTP bool
 
 	// L8 signs webhook deliveries with an Ed25519 key (Standard Webhooks
 	// v1a, and L8 for receivers that prove their own key). Default: off.
