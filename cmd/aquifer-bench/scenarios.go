@@ -18,20 +18,20 @@ import (
 )
 
 type result struct {
-	scenario  string
-	accepted  int
-	failed    int
-	ingest    float64 // accepted jobs/s
-	p50, p99  time.Duration
-	max       time.Duration
-	e2e       float64 // jobs/s, accepted → webhook received (0 = not measured)
-	lost      int     // accepted jobs whose webhook never arrived (-1 = not measured)
-	rss       int64   // daemon peak RSS (-1 = unknown)
-	note      string
-	cost      cost   // the server's CPU, allocations and GC cycles per accepted job
-	listing   bool   // note reports the listings run during the scenario
-	kind      string // the scenario: ceiling, ingest, e2e, backlog, listing (targets)
-	store     string // the daemon's store ("" for the ceiling)
+	scenario string
+	accepted int
+	failed   int
+	ingest   float64 // accepted jobs/s
+	p50, p99 time.Duration
+	max      time.Duration
+	e2e      float64 // jobs/s, accepted → webhook received (0 = not measured)
+	lost     int     // accepted jobs whose webhook never arrived (-1 = not measured)
+	rss      int64   // daemon peak RSS (-1 = unknown)
+	note     string
+	cost     cost   // the server's CPU, allocations and GC cycles per accepted job
+	listing  bool   // note reports the listings run during the scenario
+	kind     string // the scenario: ceiling, ingest, e2e, backlog, listing (targets)
+	store    string // the daemon's store ("" for the ceiling)
 }
 
 // selfCPU returns this process's user+system CPU time.
