@@ -26,7 +26,7 @@ func TestParseBacklogs(t *testing.T) {
 }
 
 func scaleRowOf(store string, backlog int, ingest, e2e float64, peakMiB int64) scaleRow {
-	return scaleRow{store: store, backlog: backlog, queued: backlog,
+	return scaleRow{store: store, backlog: backlog, queued: backlog, reported: backlog,
 		ingest: result{kind: "ingest", accepted: 100, ingest: ingest, cost: unknownCost},
 		e2e:    result{kind: "e2e", accepted: 100, e2e: e2e, cost: unknownCost},
 		rss:    peakMiB << 20, peak: peakMiB << 20}
@@ -71,6 +71,7 @@ func TestWriteScaleCSV(t *testing.T) {
 	rows := []scaleRow{scaleRowOf("sqlite", 0, 5000, 2000, 90), scaleRowOf("sqlite", 1000, 2500, 2000, 91),
 		scaleRowOf("pebble", 0, 6000, 3000, 80)}
 	rows[1].ingest.cost.allocs = 123.45
+	rows[2].reported = -1
 	var b strings.Builder
 	if err := writeScaleCSV(&b, rows); err != nil {
 		t.Fatal(err)
@@ -93,6 +94,7 @@ func TestWriteScaleCSV(t *testing.T) {
 		{1, "ingest_vs_first", "1.000"}, {2, "ingest_vs_first", "0.500"}, {3, "ingest_vs_first", "1.000"}, // each store's own first
 		{2, "ingest_allocs_per_job", "123.5"}, {1, "ingest_allocs_per_job", ""}, // unknown stays empty
 		{2, "backlog", "1000"}, {3, "store", "pebble"}, {3, "peak_rss_bytes", "83886080"},
+		{2, "daemon_queued", "1000"}, {3, "daemon_queued", ""}, // unknown stays empty
 	} {
 		i, ok := col[c.name]
 		if !ok {
@@ -100,6 +102,24 @@ func TestWriteScaleCSV(t *testing.T) {
 		}
 		if got := recs[c.row][i]; got != c.val {
 			t.Errorf("row %d %s = %q; want %q", c.row, c.name, got, c.val)
+		}
+	}
+}
+
+// TestScaleRowDisagrees checks when the daemon's queue count is reported as
+// off the bench's: beyond 1 % (plus a few in flight), either way; not when
+// it could not be read.
+func TestScaleRowDisagrees(t *testing.T) {
+	for _, c := range []struct {
+		queued, reported int
+		want             bool
+	}{
+		{1000000, 0, true}, {1000000, 990000, false}, {1000000, 989989, true}, {1000000, 1010010, false},
+		{1000000, 1010011, true}, {0, 10, false}, {0, 11, true}, {1000000, -1, false},
+	} {
+		r := scaleRow{queued: c.queued, reported: c.reported}
+		if got := r.disagrees(); got != c.want {
+			t.Errorf("queued %d, daemon said %d: disagrees = %v; want %v", c.queued, c.reported, got, c.want)
 		}
 	}
 }
