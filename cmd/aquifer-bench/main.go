@@ -134,7 +134,10 @@ func main() {
 	flag.StringVar(&o.scaleCSV, "scale-csv", "", "scale scenario: also write its rows to this CSV file")
 	flag.Parse()
 	var err error
-	if o.scaleBacklogs, err = parseBacklogs(backlogs); err != nil {
+	if o.scaleBacklogs, err = parseBacklogs(backlogs); err == nil && o.scaleBody < 0 {
+		err = fmt.Errorf("-scale-body %d: want 0 or more bytes", o.scaleBody)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "aquifer-bench:", err)
 		os.Exit(2)
 	}
