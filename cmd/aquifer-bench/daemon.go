@@ -84,6 +84,7 @@ func startDaemonWith(ctx context.Context, o options, rates []upstreamRate, pgSch
 		"AQUIFER_STORE_BACKEND="+o.store,
 		"AQUIFER_LOG_LEVEL="+envOr("AQUIFER_LOG_LEVEL", "warn"),
 		"AQUIFER_DB_MAX_BYTES=0",
+		"AQUIFER_METRICS=on", // allocations and GC cycles per job (metrics.go)
 	)
 	logs := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs

@@ -20,6 +20,12 @@
 //	         counts) back to back; compare with ingest in the same run.
 //	batch, scheduled, due: job options (options.go).
 //	budget, adaptive: issue 20's pacing against simulated APIs (issue20.go).
+//	scale    issue 21's scale curve: ingest and e2e with 0, 100k and 1M jobs
+//	         queued, on one daemon per store (scale.go); minutes per store.
+//
+// Every rate comes with the server's CPU time, heap allocations and GC
+// cycles per job (metrics.go); when the ceiling ran too, issue 21's targets
+// follow the table (targets.go).
 package main
 
 import (
@@ -70,6 +76,11 @@ type options struct {
 	budgetRPS                   float64
 	adaptiveSeconds             float64
 	adaptiveBase                time.Duration
+
+	// Issue 21's scale curve (scale.go).
+	scaleBacklogs []int
+	scaleBody     int
+	scaleCSV      string
 }
 
 func main() {
@@ -82,13 +93,13 @@ func main() {
 		return
 	}
 	var o options
-	var scen string
+	var scen, backlogs string
 	flag.StringVar(&o.aquiferd, "aquiferd", "./bin/aquiferd", "aquiferd binary to start for each scenario")
 	flag.StringVar(&o.addr, "addr", "", "use an already running aquiferd at this base URL instead (no RSS figures)")
 	flag.IntVar(&o.jobs, "n", 20000, "jobs per scenario")
 	flag.IntVar(&o.clients, "c", 64, "concurrent clients")
 	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
-	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, listing, cluster, batch, scheduled, due, budget, adaptive (comma-separated) or all (all but budget and adaptive); cluster needs Postgres and uses at most 1,000 jobs")
+	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, listing, cluster, batch, scheduled, due, budget, adaptive, scale (comma-separated) or all (all but budget, adaptive and scale); cluster needs Postgres and uses at most 1,000 jobs; scale fills each store to -scale-backlogs (minutes per store)")
 	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
 	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon: sqlite, pebble or postgres; a comma-separated list runs each scenario on each")
 	flag.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
@@ -118,7 +129,18 @@ func main() {
 	flag.Float64Var(&o.adaptiveSeconds, "adaptive-seconds", 40, "adaptive scenario: seconds per run; the backend's capacity halves at half time")
 	flag.DurationVar(&o.adaptiveBase, "adaptive-base", 50*time.Millisecond,
 		"adaptive scenario: the backend's unloaded latency (its maximum is 40 ÷ this per second)")
+	flag.StringVar(&backlogs, "scale-backlogs", "0,100000,1000000", "scale scenario: queued jobs at each step, rising")
+	flag.IntVar(&o.scaleBody, "scale-body", 1024, "scale scenario: bytes of request body per job (the fill's, ingest's and e2e's)")
+	flag.StringVar(&o.scaleCSV, "scale-csv", "", "scale scenario: also write its rows to this CSV file")
 	flag.Parse()
+	var err error
+	if o.scaleBacklogs, err = parseBacklogs(backlogs); err == nil && o.scaleBody < 0 {
+		err = fmt.Errorf("-scale-body %d: want 0 or more bytes", o.scaleBody)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "aquifer-bench:", err)
+		os.Exit(2)
+	}
 	if scen == "all" {
 		scen = "ceiling,ingest,e2e,backlog,pacing,fairness,listing,cluster,batch,scheduled,due"
 	}
@@ -146,12 +168,42 @@ func run(ctx context.Context, o options) error {
 		adaptive []adaptiveResult
 		cluster  *clusterResult
 		opts     []optionsResult
+		scale    []scaleRow
 	)
+	// report prints what was measured, also when a later scenario fails.
+	report := func() {
+		if len(results) > 0 {
+			printTable(os.Stdout, results)
+			printTargets(os.Stdout, evaluateTargets(results, o.clients), o.clients)
+		}
+		if len(paced) > 0 {
+			printPacing(os.Stdout, paced)
+		}
+		if len(fairness) > 0 {
+			printFairness(os.Stdout, fairness)
+		}
+		if len(budget) > 0 {
+			printBudget(os.Stdout, o, budget)
+		}
+		if len(adaptive) > 0 {
+			printAdaptive(os.Stdout, o, adaptive)
+		}
+		if cluster != nil {
+			printCluster(os.Stdout, cluster)
+		}
+		if len(opts) > 0 {
+			printOptions(os.Stdout, opts)
+		}
+		if len(scale) > 0 {
+			printScale(os.Stdout, scale)
+		}
+	}
 	stores := strings.Split(o.store, ",")
 	for _, s := range o.scenarios {
 		if s == "cluster" { // Postgres only, once
 			r, err := runCluster(ctx, o)
 			if err != nil {
+				report()
 				return fmt.Errorf("%s: %w", s, err)
 			}
 			cluster = r
@@ -160,6 +212,7 @@ func run(ctx context.Context, o options) error {
 		if s == "ceiling" { // the same for every store: once
 			r, err := runCeiling(ctx, o)
 			if err != nil {
+				report()
 				return fmt.Errorf("%s: %w", s, err)
 			}
 			results = append(results, r...)
@@ -189,6 +242,10 @@ func run(ctx context.Context, o options) error {
 				r, err = runBacklog(ctx, o)
 			case "listing":
 				r, err = runListing(ctx, o)
+			case "scale":
+				var rows []scaleRow
+				rows, err = runScale(ctx, o)
+				scale = append(scale, rows...)
 			case "batch", "scheduled", "due":
 				var or []optionsResult
 				switch s {
@@ -209,6 +266,7 @@ func run(ctx context.Context, o options) error {
 				return fmt.Errorf("unknown scenario %q", s)
 			}
 			if err != nil {
+				report()
 				return fmt.Errorf("%s on %s: %w", s, o.store, err)
 			}
 			if len(stores) > 1 {
@@ -219,26 +277,11 @@ func run(ctx context.Context, o options) error {
 			results = append(results, r...)
 		}
 	}
-	if len(results) > 0 {
-		printTable(os.Stdout, results)
-	}
-	if len(paced) > 0 {
-		printPacing(os.Stdout, paced)
-	}
-	if len(fairness) > 0 {
-		printFairness(os.Stdout, fairness)
-	}
-	if len(budget) > 0 {
-		printBudget(os.Stdout, o, budget)
-	}
-	if len(adaptive) > 0 {
-		printAdaptive(os.Stdout, o, adaptive)
-	}
-	if cluster != nil {
-		printCluster(os.Stdout, cluster)
-	}
-	if len(opts) > 0 {
-		printOptions(os.Stdout, opts)
+	report()
+	if len(scale) > 0 && o.scaleCSV != "" {
+		if err := saveScaleCSV(o.scaleCSV, scale); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -157,20 +157,22 @@ func runBatch(ctx context.Context, o options) ([]optionsResult, error) {
 	}
 	defer target.close()
 	clients := min(o.clients, o.batchClients)
-	singles := func(c int) (*load, error) {
+	singles := func(c int) (*load, cost, error) {
 		d, err := startDaemon(ctx, o, []upstreamRate{{target.host(), 1, 1}})
 		if err != nil {
-			return nil, err
+			return nil, unknownCost, err
 		}
 		defer d.stop()
-		return submit(ctx, d.url, "", o.jobs, c, o.quiet, fmt.Sprintf("single ×%d", c),
-			bodyMaker(o, "single", target.url()+"/t", "")), nil
+		w := d.begin(ctx)
+		l := submit(ctx, d.url, "", o.jobs, c, o.quiet, fmt.Sprintf("single ×%d", c),
+			bodyMaker(o, "single", target.url()+"/t", ""))
+		return l, w.end(ctx, l.accepted), nil
 	}
-	same, err := singles(clients)
+	same, sameCost, err := singles(clients)
 	if err != nil {
 		return nil, err
 	}
-	many, err := singles(o.clients)
+	many, manyCost, err := singles(o.clients)
 	if err != nil {
 		return nil, err
 	}
@@ -179,26 +181,26 @@ func runBatch(ctx context.Context, o options) ([]optionsResult, error) {
 		return nil, err
 	}
 	defer d.stop()
-	cpu0 := d.cpuTime()
+	w := d.begin(ctx)
 	b := submitBatches(ctx, d.url, o.batchJobs, o.batchSize, clients, o.quiet, "batches",
 		bodyMaker(o, "batch", target.url()+"/t", ""))
-	cpu := perJob(d.cpuTime()-cpu0, b.created)
+	bc := w.end(ctx, b.created)
 	batchRate := float64(b.created) / b.elapsed.Seconds()
 	if b.duplicates > 0 || b.created+b.errors < o.batchJobs {
 		fmt.Fprintf(os.Stderr, "batch: created %d, duplicates %d, errors %d, failed requests %d of %d jobs\n",
 			b.created, b.duplicates, b.errors, b.requestErrors, o.batchJobs)
 	}
-	row := func(l *load, c int) optionsResult {
+	row := func(l *load, lc cost, c int) optionsResult {
 		return optionsResult{scenario: fmt.Sprintf("single POST /jobs (%d clients)", c), jobs: l.accepted,
-			failed: l.rejected + l.errors, rate: l.rate(), values: []string{"p99 " + ms(l.percentile(0.99))}}
+			failed: l.rejected + l.errors, rate: l.rate(), values: []string{"p99 " + ms(l.percentile(0.99)), lc.summary()}}
 	}
-	rs := []optionsResult{row(same, clients), row(many, o.clients),
+	rs := []optionsResult{row(same, sameCost, clients), row(many, manyCost, o.clients),
 		{scenario: fmt.Sprintf("POST /jobs/batch of %d (%d clients)", o.batchSize, clients), jobs: b.created,
 			failed: b.errors + b.requestErrors*o.batchSize, rate: batchRate,
 			values: []string{fmt.Sprintf("%.1f× single with %d clients", batchRate/same.rate(), clients),
 				fmt.Sprintf("%.1f× single with %d", batchRate/many.rate(), o.clients),
 				"p50 " + ms(pct(b.latencies, 0.5)) + " per batch", "p99 " + ms(pct(b.latencies, 0.99)) + " per batch",
-				fmt.Sprintf("daemon CPU %dµs/job", cpu.Microseconds())}},
+				bc.summary()}},
 	}
 	if b.firstErr != "" {
 		rs[2].values = append(rs[2].values, "first error: "+b.firstErr)
@@ -257,7 +259,9 @@ func runScheduled(ctx context.Context, o options) ([]optionsResult, error) {
 		b := mk(i)
 		return append(b[:len(b)-1], `,"delay_seconds":3600}`...)
 	}
+	w := d.begin(ctx)
 	b := submitBatches(ctx, d.url, o.scheduledJobs, o.batchSize, min(o.clients, o.batchClients), o.quiet, "scheduled", one)
+	bc := w.end(ctx, b.created)
 	time.Sleep(5 * time.Second) // let the runtime settle and return what it freed
 	after, peak := d.currentRSS(), d.peakRSS()
 	hits := target.hits.Load()
@@ -265,7 +269,7 @@ func runScheduled(ctx context.Context, o options) ([]optionsResult, error) {
 	values := []string{
 		"idle RSS " + mib(idle), "RSS with them scheduled " + mib(after), "peak " + mib(peak),
 		fmt.Sprintf("RSS ÷ (idle + %s SQLite cache) = %.2f", mib(sqliteCacheAllowance), ratio),
-		fmt.Sprintf("dispatched early: %d", hits),
+		fmt.Sprintf("dispatched early: %d", hits), bc.summary(),
 	}
 	if b.firstErr != "" {
 		values = append(values, "first error: "+b.firstErr)

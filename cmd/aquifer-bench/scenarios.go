@@ -18,19 +18,20 @@ import (
 )
 
 type result struct {
-	scenario  string
-	accepted  int
-	failed    int
-	ingest    float64 // accepted jobs/s
-	p50, p99  time.Duration
-	max       time.Duration
-	e2e       float64 // jobs/s, accepted → webhook received (0 = not measured)
-	lost      int     // accepted jobs whose webhook never arrived (-1 = not measured)
-	rss       int64   // daemon peak RSS (-1 = unknown)
-	note      string
-	cpuPerJob time.Duration // daemon CPU time per accepted job (0 = unknown)
-	harness   time.Duration // this process's CPU time per job (client, target, receiver)
-	listing   bool          // note reports the listings run during the scenario
+	scenario string
+	accepted int
+	failed   int
+	ingest   float64 // accepted jobs/s
+	p50, p99 time.Duration
+	max      time.Duration
+	e2e      float64 // jobs/s, accepted → webhook received (0 = not measured)
+	lost     int     // accepted jobs whose webhook never arrived (-1 = not measured)
+	rss      int64   // daemon peak RSS (-1 = unknown)
+	note     string
+	cost     cost   // the server's CPU, allocations and GC cycles per accepted job
+	listing  bool   // note reports the listings run during the scenario
+	kind     string // the scenario: ceiling, ingest, e2e, backlog, listing (targets)
+	store    string // the daemon's store ("" for the ceiling)
 }
 
 // selfCPU returns this process's user+system CPU time.
@@ -72,6 +73,13 @@ func newReceiver() (*sink, error) {
 	}
 	s.leanServer = ls
 	return s, nil
+}
+
+// reset forgets the webhooks seen so far.
+func (s *sink) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen = map[string]int{}
 }
 
 func (s *sink) received() int {
@@ -139,12 +147,11 @@ func runCeiling(ctx context.Context, o options) ([]result, error) {
 	if err := d.waitHealthy(ctx, 10*time.Second); err != nil {
 		return nil, err
 	}
-	cpu0, self0 := d.cpuTime(), selfCPU()
+	w := d.begin(ctx)
 	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, "ceiling", bodyMaker(o, "ceiling", "http://127.0.0.1:1/", ""))
-	return []result{{scenario: "ceiling (trivial Go server)", accepted: l.accepted, failed: l.rejected + l.errors,
+	return []result{{scenario: "ceiling (trivial Go server)", kind: "ceiling", accepted: l.accepted, failed: l.rejected + l.errors,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
-		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted),
-		harness: perJob(selfCPU()-self0, l.accepted)}}, nil
+		lost: -1, rss: d.peakRSS(), note: l.firstErr, cost: w.end(ctx, l.accepted)}}, nil
 }
 
 func perJob(cpu time.Duration, n int) time.Duration {
@@ -155,10 +162,12 @@ func perJob(cpu time.Duration, n int) time.Duration {
 }
 
 // serveCeiling is the trivial server runCeiling starts: it reads the body
-// and answers 201 with a small JSON document.
+// and answers 201 with a small JSON document. GET /metrics, which the load
+// never hits, serves its runtime's allocation and GC counters.
 func serveCeiling(addr string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /metrics", serveRuntimeMetrics)
 	mux.HandleFunc("POST /jobs", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
@@ -194,13 +203,13 @@ func ingestWith(ctx context.Context, o options, name, prefix string,
 	if beside != nil {
 		stop = beside(ctx, d.url, target.url())
 	}
-	cpu0, self0 := d.cpuTime(), selfCPU()
+	w := d.begin(ctx)
 	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, name, bodyMaker(o, prefix, target.url()+"/t", ""))
+	c := w.end(ctx, l.accepted)
 	note, failed := stop()
-	r := result{scenario: name, accepted: l.accepted, failed: l.rejected + l.errors + failed,
+	r := result{scenario: name, kind: prefix, store: o.store, accepted: l.accepted, failed: l.rejected + l.errors + failed,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
-		lost: -1, rss: d.peakRSS(), note: l.firstErr, cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted),
-		harness: perJob(selfCPU()-self0, l.accepted)}
+		lost: -1, rss: d.peakRSS(), note: l.firstErr, cost: c}
 	if beside != nil {
 		r.note, r.listing = note, true
 		if l.firstErr != "" {
@@ -227,14 +236,26 @@ func runE2E(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer d.stop()
-	cpu0, self0 := d.cpuTime(), selfCPU()
-	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, "e2e submit", bodyMaker(o, "e2e", target.url()+"/t", hooks.url()+"/hook"))
-	stopBar := progress(o.quiet, "e2e webhooks", l.accepted, func() int64 { return int64(hooks.received()) })
+	r := e2eOn(ctx, o, d, target, hooks, "e2e")
+	r.scenario = "e2e (target + webhook)"
+	return []result{r}, nil
+}
+
+// e2eOn submits o.jobs jobs for target with hooks as their webhook to d
+// and waits for every webhook (at most o.timeout). The daemon's config must
+// give both hosts a high rate. It forgets what hooks saw before, so one
+// receiver serves several runs one after another.
+func e2eOn(ctx context.Context, o options, d *daemon, target, hooks *sink, label string) result {
+	hooks.reset()
+	w := d.begin(ctx)
+	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, label+" submit", bodyMaker(o, label, target.url()+"/t", hooks.url()+"/hook"))
+	stopBar := progress(o.quiet, label+" webhooks", l.accepted, func() int64 { return int64(hooks.received()) })
 	deadline := time.Now().Add(o.timeout)
 	for hooks.received() < l.accepted && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
 	e2eElapsed := time.Since(l.start)
+	c := w.end(ctx, l.accepted)
 	stopBar()
 	lost := 0
 	hooks.mu.Lock()
@@ -244,10 +265,9 @@ func runE2E(ctx context.Context, o options) ([]result, error) {
 		}
 	}
 	hooks.mu.Unlock()
-	return []result{{scenario: "e2e (target + webhook)", accepted: l.accepted, failed: l.rejected + l.errors,
+	return result{scenario: label, kind: "e2e", store: o.store, accepted: l.accepted, failed: l.rejected + l.errors,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
-		e2e: float64(l.accepted-lost) / e2eElapsed.Seconds(), lost: lost, rss: d.peakRSS(), note: l.firstErr,
-		cpuPerJob: perJob(d.cpuTime()-cpu0, l.accepted), harness: perJob(selfCPU()-self0, l.accepted)}}, nil
+		e2e: float64(l.accepted-lost) / e2eElapsed.Seconds(), lost: lost, rss: d.peakRSS(), note: l.firstErr, cost: c}
 }
 
 // runBacklog queues o.backlog jobs against a 2 rps upstream and reports the
@@ -263,26 +283,28 @@ func runBacklog(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer d.stop()
+	w := d.begin(ctx)
 	l := submit(ctx, d.url, "", o.backlog, o.clients, o.quiet, "backlog", bodyMaker(o, "backlog", target.url()+"/t", ""))
+	c := w.end(ctx, l.accepted)
 	time.Sleep(2 * time.Second) // let the lane settle with the backlog queued
-	return []result{{scenario: fmt.Sprintf("backlog (%d queued, 2 rps)", l.accepted), accepted: l.accepted,
-		failed: l.rejected + l.errors, ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99),
-		max: l.percentile(1), lost: -1, rss: d.peakRSS(), note: l.firstErr}}, nil
+	return []result{{scenario: fmt.Sprintf("backlog (%d queued, 2 rps)", l.accepted), kind: "backlog", store: o.store,
+		accepted: l.accepted, failed: l.rejected + l.errors, ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99),
+		max: l.percentile(1), lost: -1, rss: d.peakRSS(), note: l.firstErr, cost: c}}, nil
 }
 
 func printTable(w io.Writer, rs []result) {
 	var ceiling float64
 	for _, r := range rs {
-		if strings.HasPrefix(r.scenario, "ceiling") {
+		if r.kind == "ceiling" {
 			ceiling = r.ingest
 		}
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\taccepted\tfailed\tingest jobs/s\tvs ceiling\tp50\tp99\tmax\te2e jobs/s\tlost\tpeak RSS\tserver CPU/job\tharness CPU/job\t")
+	fmt.Fprintln(tw, "scenario\taccepted\tfailed\tingest jobs/s\tvs ceiling\tp50\tp99\tmax\te2e jobs/s\tlost\tpeak RSS\tserver CPU/job\tallocs/job\tGC/1k jobs\tharness CPU/job\t")
 	for _, r := range rs {
 		ratio, e2e, lost, rss := "-", "-", "-", "-"
-		if ceiling > 0 && !strings.HasPrefix(r.scenario, "ceiling") {
+		if ceiling > 0 && r.kind != "ceiling" {
 			ratio = fmt.Sprintf("%.2f", r.ingest/ceiling)
 		}
 		if r.e2e > 0 {
@@ -292,17 +314,10 @@ func printTable(w io.Writer, rs []result) {
 			lost = fmt.Sprint(r.lost)
 		}
 		if r.rss > 0 {
-			rss = fmt.Sprintf("%.1f MiB", float64(r.rss)/(1<<20))
+			rss = mib(r.rss)
 		}
-		cpu, harness := "-", "-"
-		if r.cpuPerJob > 0 {
-			cpu = fmt.Sprintf("%dµs", r.cpuPerJob.Microseconds())
-		}
-		if r.harness > 0 {
-			harness = fmt.Sprintf("%dµs", r.harness.Microseconds())
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.scenario, r.accepted, r.failed, r.ingest, ratio,
-			ms(r.p50), ms(r.p99), ms(r.max), e2e, lost, rss, cpu, harness)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.scenario, r.accepted, r.failed, r.ingest, ratio,
+			ms(r.p50), ms(r.p99), ms(r.max), e2e, lost, rss, cpuText(r.cost.cpu), r.cost.allocsText(), r.cost.gcText(), cpuText(r.cost.harness))
 	}
 	tw.Flush()
 	for _, r := range rs {
@@ -311,6 +326,9 @@ func printTable(w io.Writer, rs []result) {
 			fmt.Fprintf(w, "%s: %s\n", r.scenario, r.note)
 		case r.note != "" && r.failed > 0:
 			fmt.Fprintf(w, "%s: first failure: %s\n", r.scenario, r.note)
+		}
+		if r.cost.err != "" {
+			fmt.Fprintf(w, "%s: no allocation counts: %s\n", r.scenario, r.cost.err)
 		}
 	}
 }

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// The scale scenario (issue 21's scale curve): how ingest and end-to-end
+// delivery hold up as the store fills. One daemon per store; at each step of
+// -scale-backlogs it tops the queue up to the step with -scale-body jobs for
+// an upstream paced at 1 rps (in POST /jobs/batch requests; the fill is not
+// measured), lets the daemon settle, then measures ingest (-n jobs of the
+// same size for another 1 rps upstream, which stay queued and count towards
+// the next step) and e2e (-n jobs for a fast target with a webhook) with the
+// same clients as the ingest and e2e scenarios.
+//
+// Admission control is off for it: AQUIFER_DB_MAX_BYTES=0 (a million 1 KiB
+// jobs are over a GiB, past the 800 MiB default) and AQUIFER_MEMORY_LIMIT_MB=0.
+// Nothing expires mid-run: queued jobs live 24 h (domain.QueuedTTL) and
+// completed ones 30 min, longer than a run's steps apart.
+
+// Issue 21's scale targets.
+const (
+	scaleRateFloor = 0.8       // the rate at the largest backlog ≥ 80 % of the rate at the first
+	scalePeakRSS   = 256 << 20 // peak RSS at the largest backlog ≤ 256 MiB
+)
+
+// scaleRow is one backlog step on one store.
+type scaleRow struct {
+	store    string
+	backlog  int           // the step
+	queued   int           // jobs queued before measuring: submitted for the 1 rps upstreams less their targets' hits
+	reported int           // what the daemon's /metrics said then (-1: unknown)
+	filled   int           // jobs the fill added
+	fillTime time.Duration // how long the fill took
+	ingest   result
+	e2e      result
+	rss      int64 // after both measurements (VmRSS)
+	peak     int64 // since the daemon started (VmHWM)
+}
+
+// parseBacklogs parses -scale-backlogs: non-negative job counts in rising
+// order, e.g. "0,100000,1000000" (underscores allowed: 1_000_000).
+func parseBacklogs(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.ReplaceAll(strings.TrimSpace(f), "_", "")
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("-scale-backlogs: %q is not a job count", f)
+		}
+		if len(out) > 0 && n <= out[len(out)-1] {
+			return nil, fmt.Errorf("-scale-backlogs: %d after %d: steps must rise (the store only fills)", n, out[len(out)-1])
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-scale-backlogs: no steps")
+	}
+	return out, nil
+}
+
+// runScale runs the scale steps on one daemon for o.store.
+func runScale(ctx context.Context, o options) ([]scaleRow, error) {
+	o.bodyBytes = o.scaleBody
+	var sinks []*sink
+	defer func() {
+		for _, s := range sinks {
+			s.close()
+		}
+	}()
+	sinkOf := func(mk func() (*sink, error)) (*sink, error) {
+		s, err := mk()
+		if err == nil {
+			sinks = append(sinks, s)
+		}
+		return s, err
+	}
+	fillTarget, err := sinkOf(newTarget)
+	if err != nil {
+		return nil, err
+	}
+	ingestTarget, err := sinkOf(newTarget)
+	if err != nil {
+		return nil, err
+	}
+	target, err := sinkOf(newTarget)
+	if err != nil {
+		return nil, err
+	}
+	hooks, err := sinkOf(newReceiver)
+	if err != nil {
+		return nil, err
+	}
+	d, err := startDaemonWith(ctx, o, []upstreamRate{{fillTarget.host(), 1, 1}, {ingestTarget.host(), 1, 1},
+		{target.host(), 100000, 256}, {hooks.host(), 100000, 256}}, "",
+		[]string{"AQUIFER_DB_MAX_BYTES=0", "AQUIFER_MEMORY_LIMIT_MB=0"})
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	// The backlog is counted here, not read from the daemon: its count is
+	// the store's, which may time out (and read 0) with a million rows.
+	slow := 0 // jobs accepted for the two 1 rps upstreams
+	queued := func() int { return slow - int(fillTarget.hits.Load()+ingestTarget.hits.Load()) }
+	var rows []scaleRow
+	for _, step := range o.scaleBacklogs {
+		row := scaleRow{store: o.store, backlog: step}
+		if fill := step - queued(); fill > 0 {
+			b := submitBatches(ctx, d.url, fill, o.batchSize, min(o.clients, o.batchClients), o.quiet,
+				fmt.Sprintf("fill to %d", step), bodyMaker(o, "fill"+strconv.Itoa(step), fillTarget.url()+"/t", ""))
+			row.filled, row.fillTime = b.created, b.elapsed
+			slow += b.created
+			if b.created < fill {
+				return rows, fmt.Errorf("backlog %d: the fill created %d of %d jobs (%d errors, %d failed requests; first: %s)",
+					step, b.created, fill, b.errors, b.requestErrors, b.firstErr)
+			}
+			d.settle(ctx, 60*time.Second)
+		}
+		row.queued, row.reported = queued(), d.queued(ctx)
+		label := fmt.Sprintf("%s @%d", o.store, step)
+		row.ingest = ingestOn(ctx, o, d, ingestTarget, "scale ingest "+label, "scale-ingest")
+		slow += row.ingest.accepted
+		if ctx.Err() != nil {
+			return rows, ctx.Err()
+		}
+		row.e2e = e2eOn(ctx, o, d, target, hooks, "scale e2e "+label)
+		row.rss, row.peak = d.currentRSS(), d.peakRSS()
+		rows = append(rows, row)
+		if ctx.Err() != nil {
+			return rows, ctx.Err()
+		}
+	}
+	return rows, nil
+}
+
+// ingestOn submits o.jobs jobs for target (which the daemon's config must
+// pace slowly, so nothing is dispatched meanwhile) to d and measures them.
+func ingestOn(ctx context.Context, o options, d *daemon, target *sink, name, prefix string) result {
+	w := d.begin(ctx)
+	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, name, bodyMaker(o, prefix, target.url()+"/t", ""))
+	c := w.end(ctx, l.accepted)
+	return result{scenario: name, kind: "ingest", store: o.store, accepted: l.accepted, failed: l.rejected + l.errors,
+		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
+		lost: -1, rss: d.peakRSS(), note: l.firstErr, cost: c}
+}
+
+// queued is the number of queued jobs the daemon reports on /metrics, -1
+// when it cannot be read.
+func (d *daemon) queued(ctx context.Context) int {
+	m, err := scrape(ctx, d.url)
+	if err != nil {
+		return -1
+	}
+	q, ok := m[seriesQueued]
+	if !ok {
+		return -1
+	}
+	return int(q)
+}
+
+// disagrees reports whether the daemon's count of queued jobs is off the
+// bench's by more than 1 % (jobs in flight at 1 rps make a few).
+func (r scaleRow) disagrees() bool {
+	diff := r.reported - r.queued
+	return r.reported >= 0 && (diff > r.queued/100+10 || -diff > r.queued/100+10)
+}
+
+// settle waits until the daemon uses under a tenth of a core over half a
+// second (a store's compactions and checkpoints after a fill), at most limit.
+func (d *daemon) settle(ctx context.Context, limit time.Duration) {
+	const every = 500 * time.Millisecond
+	deadline := time.Now().Add(limit)
+	prev := d.cpuTime()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(every)
+		now := d.cpuTime()
+		if now-prev < every/10 {
+			return
+		}
+		prev = now
+	}
+}
+
+// scaleCheck is one of the scale targets for one store.
+type scaleCheck struct {
+	store, goal string
+	value       string
+	met         bool
+	known       bool
+}
+
+// evaluateScale checks each store's largest step against its first: both
+// rates at least scaleRateFloor of the first step's, and the peak RSS at the
+// largest step within scalePeakRSS. A store with one step has nothing to
+// compare its rates with and gets the RSS check only.
+func evaluateScale(rows []scaleRow) []scaleCheck {
+	var out []scaleCheck
+	for _, store := range scaleStores(rows) {
+		var first, last *scaleRow
+		for i := range rows {
+			if rows[i].store != store {
+				continue
+			}
+			if first == nil {
+				first = &rows[i]
+			}
+			last = &rows[i]
+		}
+		if last != first {
+			rate := func(what string, at, base float64) scaleCheck {
+				c := scaleCheck{store: store, goal: fmt.Sprintf("%s jobs/s at %d queued ≥ %.0f %% of at %d", what, last.backlog,
+					scaleRateFloor*100, first.backlog), value: "-", known: at > 0 && base > 0}
+				if c.known {
+					c.value = fmt.Sprintf("%.0f %%", at/base*100)
+					c.met = at >= scaleRateFloor*base
+				}
+				return c
+			}
+			out = append(out, rate("ingest", last.ingest.ingest, first.ingest.ingest), rate("e2e", last.e2e.e2e, first.e2e.e2e))
+		}
+		c := scaleCheck{store: store, goal: fmt.Sprintf("peak RSS at %d queued ≤ %s", last.backlog, mib(scalePeakRSS)),
+			value: "-", known: last.peak > 0}
+		if c.known {
+			c.value, c.met = mib(last.peak), last.peak <= scalePeakRSS
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// scaleStores lists the stores of rows in order of appearance.
+func scaleStores(rows []scaleRow) []string {
+	var out []string
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1] != r.store {
+			out = append(out, r.store)
+		}
+	}
+	return out
+}
+
+// scaleBase is the row each row's rates are compared with: its store's first.
+func scaleBase(rows []scaleRow, i int) *scaleRow {
+	for j := range rows {
+		if rows[j].store == rows[i].store {
+			return &rows[j]
+		}
+	}
+	return nil
+}
+
+func vsText(v, base float64) string {
+	if v <= 0 || base <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v/base)
+}
+
+func printScale(w io.Writer, rows []scaleRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nscale curve (%d jobs per measurement; CPU and allocs per job: ingest / e2e; \"vs\" is the store's first step):\n",
+		rows[0].ingest.accepted)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "store\tbacklog\tqueued\tingest jobs/s\tvs first\tp99\te2e jobs/s\tvs first\tlost\tserver CPU/job\tallocs/job\tRSS now\tpeak RSS\t")
+	for i, r := range rows {
+		base := scaleBase(rows, i)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%.0f\t%s\t%d\t%s / %s\t%s / %s\t%s\t%s\t\n", r.store, r.backlog, r.queued,
+			r.ingest.ingest, vsText(r.ingest.ingest, base.ingest.ingest), ms(r.ingest.p99),
+			r.e2e.e2e, vsText(r.e2e.e2e, base.e2e.e2e), r.e2e.lost,
+			cpuText(r.ingest.cost.cpu), cpuText(r.e2e.cost.cpu), r.ingest.cost.allocsText(), r.e2e.cost.allocsText(),
+			mib(r.rss), mib(r.peak))
+	}
+	tw.Flush()
+	for _, r := range rows {
+		if r.disagrees() {
+			fmt.Fprintf(w, "%s @%d: the daemon's /metrics said %d queued, the bench had queued %d (a store count that failed, e.g. past /health's 2 s, reads as 0 there)\n",
+				r.store, r.backlog, r.reported, r.queued)
+		}
+		for _, x := range []result{r.ingest, r.e2e} {
+			if x.note != "" && x.failed > 0 {
+				fmt.Fprintf(w, "%s: %d failed; first failure: %s\n", x.scenario, x.failed, x.note)
+			}
+			if x.cost.err != "" {
+				fmt.Fprintf(w, "%s: no allocation counts: %s\n", x.scenario, x.cost.err)
+			}
+		}
+	}
+	fmt.Fprintln(w, "\nissue 21 scale targets:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range evaluateScale(rows) {
+		verdict := "not measured"
+		if c.known {
+			verdict = "not met"
+			if c.met {
+				verdict = "met"
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\n", c.store, c.goal, c.value, verdict)
+	}
+	tw.Flush()
+}
+
+// writeScaleCSV writes rows as CSV with a header line, for plotting.
+func writeScaleCSV(w io.Writer, rows []scaleRow) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"store", "backlog", "queued", "daemon_queued", "filled", "fill_seconds",
+		"ingest_jobs_per_s", "ingest_vs_first", "ingest_p50_ms", "ingest_p99_ms", "ingest_failed",
+		"e2e_jobs_per_s", "e2e_vs_first", "e2e_lost",
+		"ingest_cpu_us_per_job", "e2e_cpu_us_per_job", "ingest_allocs_per_job", "e2e_allocs_per_job",
+		"ingest_gc_per_1k_jobs", "e2e_gc_per_1k_jobs", "rss_bytes", "peak_rss_bytes"})
+	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	known := func(v float64, prec int) string {
+		if v < 0 {
+			return ""
+		}
+		return f(v, prec)
+	}
+	msf := func(d time.Duration) string { return f(float64(d.Microseconds())/1000, 3) }
+	for i, r := range rows {
+		base := scaleBase(rows, i)
+		vs := func(v, b float64) string {
+			if v <= 0 || b <= 0 {
+				return ""
+			}
+			return f(v/b, 3)
+		}
+		_ = cw.Write([]string{r.store, strconv.Itoa(r.backlog), strconv.Itoa(r.queued), known(float64(r.reported), 0), strconv.Itoa(r.filled),
+			f(r.fillTime.Seconds(), 1),
+			f(r.ingest.ingest, 1), vs(r.ingest.ingest, base.ingest.ingest), msf(r.ingest.p50), msf(r.ingest.p99),
+			strconv.Itoa(r.ingest.failed),
+			f(r.e2e.e2e, 1), vs(r.e2e.e2e, base.e2e.e2e), strconv.Itoa(r.e2e.lost),
+			strconv.FormatInt(r.ingest.cost.cpu.Microseconds(), 10), strconv.FormatInt(r.e2e.cost.cpu.Microseconds(), 10),
+			known(r.ingest.cost.allocs, 1), known(r.e2e.cost.allocs, 1),
+			known(r.ingest.cost.gcPer1k, 3), known(r.e2e.cost.gcPer1k, 3),
+			strconv.FormatInt(r.rss, 10), strconv.FormatInt(r.peak, 10)})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// saveScaleCSV writes rows to path (see writeScaleCSV).
+func saveScaleCSV(path string, rows []scaleRow) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := writeScaleCSV(f, rows); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"encoding/csv"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseBacklogs(t *testing.T) {
+	for in, want := range map[string][]int{
+		"0,100000,1000000":    {0, 100000, 1000000},
+		" 0, 1_000 ,1000000 ": {0, 1000, 1000000},
+		"5000":                {5000},
+	} {
+		got, err := parseBacklogs(in)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("parseBacklogs(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", ",", "0,-1", "0,1e6", "100,100", "1000,10"} {
+		if got, err := parseBacklogs(in); err == nil {
+			t.Errorf("parseBacklogs(%q) = %v; want an error", in, got)
+		}
+	}
+}
+
+func scaleRowOf(store string, backlog int, ingest, e2e float64, peakMiB int64) scaleRow {
+	return scaleRow{store: store, backlog: backlog, queued: backlog, reported: backlog,
+		ingest: result{kind: "ingest", accepted: 100, ingest: ingest, cost: unknownCost},
+		e2e:    result{kind: "e2e", accepted: 100, e2e: e2e, cost: unknownCost},
+		rss:    peakMiB << 20, peak: peakMiB << 20}
+}
+
+// TestEvaluateScale checks the largest step against the first per store: a
+// rate at exactly 80 % is met, below is not; the RSS limit is inclusive.
+func TestEvaluateScale(t *testing.T) {
+	rows := []scaleRow{
+		scaleRowOf("sqlite", 0, 5000, 2000, 90),
+		scaleRowOf("sqlite", 100000, 100, 100, 300), // a middle step is not judged
+		scaleRowOf("sqlite", 1000000, 4000, 1599, 256),
+		scaleRowOf("pebble", 1000000, 6000, 3000, 257),
+	}
+	type want struct {
+		store, goal, value string
+		met                bool
+	}
+	wants := []want{
+		{"sqlite", "ingest jobs/s at 1000000 queued ≥ 80 % of at 0", "80 %", true},
+		{"sqlite", "e2e jobs/s at 1000000 queued ≥ 80 % of at 0", "80 %", false}, // 79.95 %
+		{"sqlite", "peak RSS at 1000000 queued ≤ 256.0 MiB", "256.0 MiB", true},
+		{"pebble", "peak RSS at 1000000 queued ≤ 256.0 MiB", "257.0 MiB", false}, // one step: RSS only
+	}
+	got := evaluateScale(rows)
+	if len(got) != len(wants) {
+		t.Fatalf("%d checks; want %d: %+v", len(got), len(wants), got)
+	}
+	for i, w := range wants {
+		c := got[i]
+		if c.store != w.store || c.goal != w.goal || c.value != w.value || c.met != w.met || !c.known {
+			t.Errorf("check %d = %+v; want %+v", i, c, w)
+		}
+	}
+	rows[2].e2e.e2e = 0 // no webhook arrived: not measured, not met
+	if c := evaluateScale(rows)[1]; c.known || c.met {
+		t.Errorf("e2e without a rate: %+v; want not measured", c)
+	}
+}
+
+func TestWriteScaleCSV(t *testing.T) {
+	rows := []scaleRow{scaleRowOf("sqlite", 0, 5000, 2000, 90), scaleRowOf("sqlite", 1000, 2500, 2000, 91),
+		scaleRowOf("pebble", 0, 6000, 3000, 80)}
+	rows[1].ingest.cost.allocs = 123.45
+	rows[2].reported = -1
+	var b strings.Builder
+	if err := writeScaleCSV(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(b.String())).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1+len(rows) {
+		t.Fatalf("%d records; want a header and %d rows", len(recs), len(rows))
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	for _, c := range []struct {
+		row       int
+		name, val string
+	}{
+		{1, "ingest_vs_first", "1.000"}, {2, "ingest_vs_first", "0.500"}, {3, "ingest_vs_first", "1.000"}, // each store's own first
+		{2, "ingest_allocs_per_job", "123.5"}, {1, "ingest_allocs_per_job", ""}, // unknown stays empty
+		{2, "backlog", "1000"}, {3, "store", "pebble"}, {3, "peak_rss_bytes", "83886080"},
+		{2, "daemon_queued", "1000"}, {3, "daemon_queued", ""}, // unknown stays empty
+	} {
+		i, ok := col[c.name]
+		if !ok {
+			t.Fatalf("no column %s in %v", c.name, recs[0])
+		}
+		if got := recs[c.row][i]; got != c.val {
+			t.Errorf("row %d %s = %q; want %q", c.row, c.name, got, c.val)
+		}
+	}
+}
+
+// TestScaleRowDisagrees checks when the daemon's queue count is reported as
+// off the bench's: beyond 1 % (plus a few in flight), either way; not when
+// it could not be read.
+func TestScaleRowDisagrees(t *testing.T) {
+	for _, c := range []struct {
+		queued, reported int
+		want             bool
+	}{
+		{1000000, 0, true}, {1000000, 990000, false}, {1000000, 989989, true}, {1000000, 1010010, false},
+		{1000000, 1010011, true}, {0, 10, false}, {0, 11, true}, {1000000, -1, false},
+	} {
+		r := scaleRow{queued: c.queued, reported: c.reported}
+		if got := r.disagrees(); got != c.want {
+			t.Errorf("queued %d, daemon said %d: disagrees = %v; want %v", c.queued, c.reported, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// Issue 21's targets, as ratios to the ceiling measured in the same run, so
+// that the machine's speed (and how busy it is) cancels out.
+const (
+	targetCPURatio    = 6.0                   // daemon CPU per e2e job ≤ 6 × the ceiling's CPU per request
+	targetE2ERatio    = 0.2                   // e2e jobs/s ≥ 0.2 × the ceiling's requests/s
+	targetIngestRatio = 0.5                   // ingest jobs/s ≥ 0.5 × the ceiling's requests/s
+	targetIngestP99   = 25 * time.Millisecond // ingest p99 ≤ 25 ms (at 64 clients)
+)
+
+// targetCheck is one target checked against one row of this run.
+type targetCheck struct {
+	row    string  // the row's scenario
+	goal   string  // what is compared, in words
+	value  float64 // the measured figure (meaningful when known)
+	limit  float64
+	atMost bool   // met when value ≤ limit (else value ≥ limit)
+	known  bool   // false: a figure it needs was not measured
+	unit   string // "×" for ratios, "ms" for latencies
+}
+
+func (t targetCheck) met() bool {
+	if !t.known {
+		return false
+	}
+	if t.atMost {
+		return t.value <= t.limit
+	}
+	return t.value >= t.limit
+}
+
+// evaluateTargets checks every ingest and e2e row against the ceiling row of
+// the same run. It returns nothing without a ceiling row (nothing to compare
+// with). clients is the run's -c: the p99 target is stated at 64.
+func evaluateTargets(rs []result, clients int) []targetCheck {
+	var ceiling *result
+	for i := range rs {
+		if rs[i].kind == "ceiling" && rs[i].accepted > 0 {
+			ceiling = &rs[i]
+		}
+	}
+	if ceiling == nil {
+		return nil
+	}
+	var out []targetCheck
+	ratio := func(row, goal string, v, of, limit float64, atMost bool) targetCheck {
+		t := targetCheck{row: row, goal: goal, limit: limit, atMost: atMost, unit: "×", known: v > 0 && of > 0}
+		if t.known {
+			t.value = v / of
+		}
+		return t
+	}
+	for _, r := range rs {
+		switch r.kind {
+		case "ingest":
+			out = append(out,
+				ratio(r.scenario, "ingest jobs/s ÷ ceiling requests/s", r.ingest, ceiling.ingest, targetIngestRatio, false),
+				targetCheck{row: r.scenario, goal: fmt.Sprintf("ingest p99 at %d clients", clients),
+					value: float64(r.p99.Microseconds()) / 1000, limit: float64(targetIngestP99.Milliseconds()),
+					atMost: true, known: r.accepted > 0, unit: "ms"})
+		case "e2e":
+			out = append(out,
+				ratio(r.scenario, "daemon CPU per e2e job ÷ ceiling CPU per request",
+					float64(r.cost.cpu), float64(ceiling.cost.cpu), targetCPURatio, true),
+				ratio(r.scenario, "e2e jobs/s ÷ ceiling requests/s", r.e2e, ceiling.ingest, targetE2ERatio, false))
+		}
+	}
+	return out
+}
+
+func printTargets(w io.Writer, ts []targetCheck, clients int) {
+	if len(ts) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nissue 21 targets (ratios to the ceiling of this run):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, t := range ts {
+		value, verdict := "-", "not measured"
+		if t.known {
+			value = fmt.Sprintf("%.2f%s", t.value, t.unit)
+			if t.unit == "ms" {
+				value = fmt.Sprintf("%.1f ms", t.value)
+			}
+			verdict = "not met"
+			if t.met() {
+				verdict = "met"
+			}
+		}
+		op := "≥"
+		if t.atMost {
+			op = "≤"
+		}
+		limit := fmt.Sprintf("%s %g%s", op, t.limit, t.unit)
+		if t.unit == "ms" {
+			limit = fmt.Sprintf("%s %g ms", op, t.limit)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t\n", t.row, t.goal, value, limit, verdict)
+	}
+	tw.Flush()
+	if clients != 64 {
+		fmt.Fprintf(w, "  (the p99 target is stated at 64 clients; this run used %d)\n", clients)
+	}
+}
