@@ -57,6 +57,13 @@ type JobCounts struct {
 	Queued     int64 `json:"queued"`
 	InFlight   int64 `json:"in_flight"`
 	Deliveries int64 `json:"webhooks_pending"`
+	// AgeMS is how old the counts are: 0 when counted for this answer,
+	// more when the store counts slowly (a scan at a deep backlog) and
+	// counting is spaced out (docs/API.md, load headers).
+	AgeMS int64 `json:"age_ms"`
+	// Error says why the store could not count (the counts are then the
+	// last ones it gave, or zero).
+	Error string `json:"error,omitempty"`
 }
 
 // LaneHealth describes one live lane: an upstream and its pace.
@@ -130,10 +137,15 @@ func (s *Service) Health(ctx context.Context) *Health {
 				h.Status, h.Store.Writable, h.Store.Error = "degraded", false, err.Error()
 			}
 		}
-		if c, err := s.cfg.Store.Counts(ctx); err == nil {
+		snap, err := s.load.Counts(ctx, 0) // counted now unless counting is backing off
+		if err != nil {
+			h.Jobs.Error = "counting jobs: " + err.Error()
+		}
+		if !snap.CountedAt.IsZero() {
 			// Quick attempts are in flight only in memory.
-			running := int64(s.d.ExecutingCount())
-			h.Jobs = JobCounts{Queued: max(c.Queued+c.InFlight-running, 0), InFlight: running, Deliveries: c.Deliveries}
+			c, running := snap.Counts, int64(s.d.ExecutingCount())
+			h.Jobs.Queued, h.Jobs.InFlight, h.Jobs.Deliveries = max(c.Queued+c.InFlight-running, 0), running, c.Deliveries
+			h.Jobs.AgeMS = s.cfg.Clock.Now().Sub(snap.CountedAt).Milliseconds()
 		}
 	}
 	for _, l := range s.d.Stats() {

@@ -88,7 +88,9 @@ type Gauge struct {
 
 	wanted atomic.Bool
 	now    atomic.Pointer[Snapshot]
-	next   time.Time // refreshes before this are skipped (Refresh's caller only)
+
+	mu   sync.Mutex // serialises counting
+	next time.Time  // counts before this are skipped (countShare)
 }
 
 // countShare bounds the time spent counting: after a count that took d,
@@ -102,6 +104,9 @@ const countShare = 20
 type Snapshot struct {
 	Total, Depth         int64
 	TotalText, DepthText []string // header values, shared read-only by every request
+
+	Counts    ports.Counts // as the store reported them
+	CountedAt time.Time    // zero: never counted
 }
 
 // NewGauge returns a gauge over store; running counts the attempts this
@@ -127,27 +132,54 @@ func (g *Gauge) Report(flowRate float64) Load {
 }
 
 // Refresh reads the counts if anybody asked for them since the last refresh
-// and the last count's cost allows (countShare); force: regardless. Calls
-// must not overlap (one background loop makes them).
+// and the last count's cost allows (countShare); force: regardless.
 func (g *Gauge) Refresh(ctx context.Context, force bool) {
-	start := g.clock.Now()
-	if !force && (!g.wanted.Load() || start.Before(g.next)) {
+	if !force && !g.wanted.Load() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !force && g.clock.Now().Before(g.next) {
 		return
 	}
 	g.wanted.Store(false)
+	if err := g.countLocked(ctx); err != nil && ctx.Err() == nil {
+		g.log.Warn("counting jobs for the load headers failed", zap.Error(err))
+	}
+}
+
+// Counts returns the latest snapshot, counted now unless it is younger
+// than fresh or counting is backing off (countShare): /health reads the
+// counts this way, so polling it never costs more than the gauge's own
+// budget and a slow count cannot time the health check out. An error is
+// the store's, with the last snapshot (which may never have been counted:
+// CountedAt zero).
+func (g *Gauge) Counts(ctx context.Context, fresh time.Duration) (*Snapshot, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.now.Load()
+	now := g.clock.Now()
+	if !s.CountedAt.IsZero() && (now.Sub(s.CountedAt) < fresh || now.Before(g.next)) {
+		return s, nil
+	}
+	err := g.countLocked(ctx)
+	return g.now.Load(), err
+}
+
+// countLocked counts and publishes a snapshot; g.mu is held.
+func (g *Gauge) countLocked(ctx context.Context) error {
+	start := g.clock.Now()
 	c, err := g.store.Counts(ctx)
 	g.next = start.Add(countShare * g.clock.Now().Sub(start))
 	if err != nil {
-		if ctx.Err() == nil {
-			g.log.Warn("counting jobs for the load headers failed", zap.Error(err))
-		}
-		return
+		return err
 	}
 	// Quick attempts are in flight only in memory: the store still counts
 	// them as queued.
 	running := int64(g.running())
-	s := &Snapshot{Total: c.Total(), Depth: max(c.Queued+c.InFlight-running, 0) + c.Deliveries}
+	s := &Snapshot{Total: c.Total(), Depth: max(c.Queued+c.InFlight-running, 0) + c.Deliveries, Counts: c, CountedAt: start}
 	s.TotalText = []string{strconv.FormatInt(s.Total, 10)}
 	s.DepthText = []string{strconv.FormatInt(s.Depth, 10)}
 	g.now.Store(s)
+	return nil
 }

@@ -90,3 +90,40 @@ func TestRefreshBacksOffWhenCountingIsSlow(t *testing.T) {
 		t.Fatalf("%d counts, want only the forced one", store.calls)
 	}
 }
+
+// failingCounts is a store that cannot count.
+type failingCounts struct{ ports.JobStore }
+
+func (failingCounts) Counts(context.Context) (ports.Counts, error) {
+	return ports.Counts{}, context.DeadlineExceeded
+}
+
+func TestCountsForHealthKeepToTheBudget(t *testing.T) {
+	clock := clocktest.New(time.Unix(1_700_000_000, 0))
+	store := &slowCounts{clock: clock, d: 100 * time.Millisecond}
+	g := NewGauge(store, func() int { return 0 }, clock, zap.NewNop())
+	s, err := g.Counts(context.Background(), 0)
+	if err != nil || store.calls != 1 || s.Counts.Queued != 1 || s.CountedAt.IsZero() {
+		t.Fatalf("first Counts = %+v, %v after %d counts", s, err, store.calls)
+	}
+	clock.Advance(time.Second) // within the 2 s a 100 ms count waits
+	if s, _ = g.Counts(context.Background(), 0); store.calls != 1 || s.Counts.Queued != 1 {
+		t.Fatalf("counted again (%d) within the back-off", store.calls)
+	}
+	clock.Advance(time.Second)
+	if s, _ = g.Counts(context.Background(), 0); store.calls != 2 || s.Counts.Queued != 2 {
+		t.Fatalf("not counted again after the back-off: %d counts, snapshot %+v", store.calls, s.Counts)
+	}
+	store.d = 0
+	clock.Advance(5 * time.Second)
+	g.Counts(context.Background(), 0)
+	g.Counts(context.Background(), 0)
+	if store.calls != 4 {
+		t.Fatalf("%d counts; quick counts must be made for every caller", store.calls)
+	}
+
+	bad := NewGauge(failingCounts{}, func() int { return 0 }, clock, zap.NewNop())
+	if s, err := bad.Counts(context.Background(), 0); err == nil || !s.CountedAt.IsZero() {
+		t.Fatalf("Counts of a failing store = %+v, %v; want the error and no counts", s, err)
+	}
+}
