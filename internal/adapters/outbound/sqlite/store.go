@@ -152,7 +152,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.rdb.Close()
 		return nil, err
 	}
-	s.w = storekit.Start(storekit.Config{MaxBatch: opts.MaxBatch, GatherYields: opts.GatherYields}, s.commit)
+	s.w = storekit.Start(storekit.Config{MaxBatch: opts.MaxBatch, GatherYields: opts.GatherYields, Encode: encode}, s.commit)
 	s.JobWrites, s.OperatorWrites = s.w.JobWrites(), s.w.OperatorWrites()
 	return s, nil
 }

@@ -153,15 +153,23 @@ func notFound(n int64, err error) (storekit.Result, error) {
 func (s *Store) apply(ctx context.Context, w *wconn, o *storekit.Op) (storekit.Result, error) {
 	switch o.Kind {
 	case storekit.OpInsert:
-		j, fresh, err := s.insert(ctx, w, o.Job)
+		e, err := encoded(o)
+		if err != nil {
+			return storekit.Result{Err: err}, nil
+		}
+		j, fresh, err := s.insert(ctx, w, o.Job, &e.jobs[0])
 		return storekit.Result{Job: j, Fresh: fresh}, err
 	case storekit.OpInsertBatch:
+		e, err := encoded(o)
+		if err != nil {
+			return storekit.Result{Err: err}, nil
+		}
 		// In order, in this transaction: the unique index sees the
 		// batch's earlier rows, so a later duplicate is answered with
 		// the earlier job.
 		out := make([]ports.InsertOutcome, len(o.Inserts))
 		for i, job := range o.Inserts {
-			j, fresh, err := s.insert(ctx, w, job)
+			j, fresh, err := s.insert(ctx, w, job, &e.jobs[i])
 			if err != nil {
 				return storekit.Result{}, err
 			}
@@ -191,19 +199,23 @@ func (s *Store) apply(ctx context.Context, w *wconn, o *storekit.Op) (storekit.R
 		case domain.PhaseDeliver:
 			n, err = s.stmts.requeueDelivery.exec(ctx, w, o.Seq, o.ID, p.Attempts, p.Deferrals, p.Response, p.Reason, storekit.Millis(p.Now))
 		case domain.PhaseDispatch:
-			var history any
-			if history, err = historyArg(p.History); err != nil {
-				return storekit.Result{}, err
+			e, eerr := encoded(o)
+			if eerr != nil {
+				return storekit.Result{Err: eerr}, nil
 			}
 			n, err = s.stmts.requeue.exec(ctx, w, o.Seq, o.ID, p.Attempts, p.Deferrals, storekit.Millis(p.Now),
-				storekit.Millis(p.Now.Add(domain.QueuedTTL)), history)
+				storekit.Millis(p.Now.Add(domain.QueuedTTL)), e.history)
 		}
 		if err != nil {
 			return storekit.Result{}, fmt.Errorf("requeue job: %w", err)
 		}
 		return notFound(n, nil)
 	case storekit.OpFinish:
-		return s.applyFinish(ctx, w, o.Finish)
+		e, err := encoded(o)
+		if err != nil {
+			return storekit.Result{Err: err}, nil
+		}
+		return s.applyFinish(ctx, w, o.Finish, e.history)
 	case storekit.OpFinishDelivery:
 		p := o.Delivery
 		status := domain.DeliveryDelivered
@@ -276,20 +288,7 @@ func (s *Store) apply(ctx context.Context, w *wconn, o *storekit.Op) (storekit.R
 // which case it is replaced (an expired row must not block its key). A job
 // in no ready queue (a scheduled one) gets no ready_seq: PromoteDue gives
 // it one when it is due.
-func (s *Store) insert(ctx context.Context, w *wconn, j *domain.Job) (*domain.Job, bool, error) {
-	headers, err := storekit.EncodeHeaders(j.Headers)
-	if err != nil {
-		return nil, false, err
-	}
-	history, err := storekit.EncodeHistory(j.History)
-	if err != nil {
-		return nil, false, err
-	}
-	options, err := storekit.EncodeOptions(&j.JobOptions)
-	if err != nil {
-		return nil, false, err
-	}
-	d := derive(j.Queue, j.UserID, j.URL)
+func (s *Store) insert(ctx context.Context, w *wconn, j *domain.Job, e *encodedJob) (*domain.Job, bool, error) {
 	// Position reads the three priorities' ranges of jobs_ready, and lanes
 	// list only them: a priority outside them is stored as the nearest.
 	priority := domain.Priorities[j.Priority.Class()]
@@ -300,10 +299,10 @@ func (s *Store) insert(ctx context.Context, w *wconn, j *domain.Job) (*domain.Jo
 			readySeq = 0
 		}
 		n, err := w.exec(ctx, s.stmts.insert,
-			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, headers, nullBytes(j.Body),
+			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, e.headers, nullBytes(j.Body),
 			j.WebhookURL, string(j.Queue), string(j.Status), j.Attempts, storekit.Millis(j.CreatedAt), storekit.Millis(j.UpdatedAt),
-			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), readySeq, history, d.upstream, d.tenant, d.urlPath,
-			storekit.Millis(j.NotBefore), storekit.Millis(j.Deadline), int(priority), options)
+			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), readySeq, e.history, e.upstream, e.tenant, e.urlPath,
+			storekit.Millis(j.NotBefore), storekit.Millis(j.Deadline), int(priority), e.options)
 		if err != nil {
 			return nil, false, fmt.Errorf("insert job: %w", err)
 		}
@@ -359,15 +358,12 @@ func (s *Store) promoteDue(ctx context.Context, w *wconn, now time.Time, limit i
 
 // applyFinish records the terminal status and, for a job with a webhook,
 // makes its delivery due in p.DeliverIn with a fresh ready_seq. A job that is
-// already terminal is left alone (no second delivery).
-func (s *Store) applyFinish(ctx context.Context, w *wconn, p *ports.FinishParams) (storekit.Result, error) {
+// already terminal is left alone (no second delivery). history is
+// historyArg of p.History (encode).
+func (s *Store) applyFinish(ctx context.Context, w *wconn, p *ports.FinishParams, history any) (storekit.Result, error) {
 	r := p.Result
 	if r == nil {
 		r = &domain.Result{}
-	}
-	history, err := historyArg(p.History)
-	if err != nil {
-		return storekit.Result{}, err
 	}
 	readySeq, delivery, expiresAt := s.deliveryDue(p.DeliverIn, p.Now, domain.RetentionTTL(p.Status, p.Retention))
 	n, err := s.stmts.finish.exec(ctx, w, p.Seq, p.ID,
@@ -400,15 +396,6 @@ func (s *Store) deliveryDue(deliverIn domain.QueueKey, now time.Time, ttl time.D
 		return 0, "", now.Add(ttl)
 	}
 	return s.seq + 1, string(domain.DeliveryPending), now.Add(max(ttl, domain.QueuedTTL))
-}
-
-// historyArg is the argument of "history = coalesce(?, history)": NULL keeps
-// the stored history (h is nil), anything else replaces it.
-func historyArg(h []domain.Attempt) (any, error) {
-	if h == nil {
-		return nil, nil
-	}
-	return storekit.EncodeHistory(h)
 }
 
 func (s *Store) resetStale(ctx context.Context, w *wconn, candidates []*domain.Job, p *ports.ResetStaleParams) (storekit.Result, error) {
