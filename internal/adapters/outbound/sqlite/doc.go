@@ -17,6 +17,18 @@
 // beside the writer: listing and counting never hold it, however long they
 // take.
 //
+// The writer's connection is its own for the store's life (wconn.go): each
+// group is one sql.Conn.Raw in which BEGIN IMMEDIATE, the group's
+// statements and COMMIT run on the driver's connection, every statement
+// prepared there once at Open, so no exec pays database/sql's per-call work
+// (Tx.StmtContext, argument conversion, locking, result wrapping). A failed
+// statement or COMMIT rolls the transaction back before the group's callers
+// are told. What an insert, a finish or a requeue binds that takes work to
+// compute (headers, history and options as JSON, the derived columns) is
+// made on the caller's goroutine before the op is queued (encode.go,
+// storekit.Config.Encode). Stats counts the pages the commits write to the
+// WAL.
+//
 // # Schema
 //
 // Each job is one row for its whole lifecycle (request, result, webhook

@@ -10,7 +10,8 @@ import (
 // the caller's goroutine (storekit.Config.Encode), they cost the single
 // writer nothing.
 type encodedOp struct {
-	jobs    []encodedJob // OpInsert: its job's; OpInsertBatch: one a job, in order
+	job     encodedJob   // OpInsert
+	batch   []encodedJob // OpInsertBatch: one a job, in order
 	history any          // OpFinish, OpRequeue of a dispatch: historyArg
 }
 
@@ -25,14 +26,13 @@ func encode(o *storekit.Op) error {
 	e := &encodedOp{}
 	switch o.Kind {
 	case storekit.OpInsert:
-		e.jobs = make([]encodedJob, 1)
-		if err := encodeJob(&e.jobs[0], o.Job); err != nil {
+		if err := encodeJob(&e.job, o.Job); err != nil {
 			return err
 		}
 	case storekit.OpInsertBatch:
-		e.jobs = make([]encodedJob, len(o.Inserts))
+		e.batch = make([]encodedJob, len(o.Inserts))
 		for i, j := range o.Inserts {
-			if err := encodeJob(&e.jobs[i], j); err != nil {
+			if err := encodeJob(&e.batch[i], j); err != nil {
 				return err
 			}
 		}

@@ -41,10 +41,10 @@ func TestWriterBindsWhatTheCallerEncoded(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := op.Encoded.(*encodedOp)
-	if e.jobs[0].urlPath != "/real/path" || e.jobs[0].headers != "{}" {
-		t.Fatalf("encoded %+v", e.jobs[0])
+	if e.job.urlPath != "/real/path" || e.job.headers != "{}" {
+		t.Fatalf("encoded %+v", e.job)
 	}
-	e.jobs[0].urlPath = "/as/the/caller/encoded/it"
+	e.job.urlPath = "/as/the/caller/encoded/it"
 	r := commitOne(t, s, op)
 	if r.Err != nil || !r.Fresh {
 		t.Fatalf("insert: %+v", r)

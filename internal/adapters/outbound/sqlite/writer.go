@@ -157,7 +157,7 @@ func (s *Store) apply(ctx context.Context, w *wconn, o *storekit.Op) (storekit.R
 		if err != nil {
 			return storekit.Result{Err: err}, nil
 		}
-		j, fresh, err := s.insert(ctx, w, o.Job, &e.jobs[0])
+		j, fresh, err := s.insert(ctx, w, o.Job, &e.job)
 		return storekit.Result{Job: j, Fresh: fresh}, err
 	case storekit.OpInsertBatch:
 		e, err := encoded(o)
@@ -169,7 +169,7 @@ func (s *Store) apply(ctx context.Context, w *wconn, o *storekit.Op) (storekit.R
 		// the earlier job.
 		out := make([]ports.InsertOutcome, len(o.Inserts))
 		for i, job := range o.Inserts {
-			j, fresh, err := s.insert(ctx, w, job, &e.jobs[i])
+			j, fresh, err := s.insert(ctx, w, job, &e.batch[i])
 			if err != nil {
 				return storekit.Result{}, err
 			}
