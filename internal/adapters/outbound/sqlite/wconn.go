@@ -35,8 +35,10 @@ type wconn struct {
 	begin, commit, rollback *wstmt
 
 	// pages counts the database pages the connection's commits wrote to
-	// the WAL (SQLite's cache-write counter), for Stats.
+	// the WAL (SQLite's cache-write counter), for Stats; last is those of
+	// the last commit.
 	pages atomic.Int64
+	last  int64
 }
 
 // wstmt is a statement prepared on the writer's driver connection.
@@ -150,9 +152,11 @@ func (w *wconn) tx(ctx context.Context, f func() error) error {
 			_, _ = w.exec(ctx, w.rollback)
 			return fmt.Errorf("commit: %w", err)
 		}
+		w.last = 0
 		if st, ok := w.dc.(msqlite.DBStatus); ok {
 			if n, _, err := st.Status(msqlite.DBStatusCacheWrite, true); err == nil {
-				w.pages.Add(int64(n))
+				w.last = int64(n)
+				w.pages.Add(w.last)
 			}
 		}
 		return nil
