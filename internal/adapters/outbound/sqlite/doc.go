@@ -29,14 +29,6 @@
 // storekit.Config.Encode). Stats counts the pages the commits write to the
 // WAL.
 //
-// Checkpoints (copying the WAL back into the database file) are off the
-// writer's goroutine too (checkpoint.go): its connection has
-// wal_autocheckpoint off, and after every thousand pages its commits wrote
-// it kicks a checkpointer, which runs a PASSIVE checkpoint on a connection
-// of its own. An automatic checkpoint would run inside the commit that
-// crossed the threshold, holding every write waiting behind it. A commit is
-// durable once its WAL frames are synced, whatever the checkpoints do.
-//
 // # Schema
 //
 // Each job is one row for its whole lifecycle (request, result, webhook
@@ -118,18 +110,6 @@
 // their counts read the index alone, but every change of status would then
 // rewrite four indexes instead of one; they are left narrow, and counting by
 // them reads rows (see Counting).
-//
-// In pages written to the WAL (Stats.Pages; a page is a 4 KiB frame), with
-// about fifty operations a commit, an insert costs 0.56 pages, a finish
-// that makes a delivery due 0.36 and the end of the delivery 0.22: a job
-// with a webhook writes about 1.1 pages, 4.7 KB, of WAL. The row, its id
-// and its idempotency key are 0.29 of the insert's; each of the other
-// indexes (jobs_ready, jobs_status, jobs_upstream, jobs_user), whose new
-// entries land at the end of their ranges, adds about 0.07 pages to each
-// write that changes it. Every one of them is read by something a plain
-// job needs (a lane's queue, listing by status, destination and user), so
-// none is left out for plain jobs; the partial ones (jobs_scheduled,
-// jobs_deadline, jobs_tenant) already cost a plain job nothing.
 //
 // # Listing
 //

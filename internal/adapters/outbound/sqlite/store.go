@@ -75,7 +75,6 @@ type Store struct {
 	log   *zap.Logger
 	wdb   *sql.DB // one connection, the writer's (wc)
 	wc    *wconn  // the writer goroutine's, below database/sql
-	ckpt  *checkpointer
 	rdb   *sql.DB // read pool
 	stmts writeStmts
 	reads readStmts
@@ -120,8 +119,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Sync != SyncFull && opts.Sync != SyncNormal {
 		return nil, fmt.Errorf("sqlite: unknown sync level %q (want full or normal)", opts.Sync)
 	}
-	// The writer checkpoints nothing itself: the checkpointer does.
-	wdb, err := sql.Open("sqlite", dsn(opts.Path, opts.Sync, false)+"&_pragma=wal_autocheckpoint(0)")
+	wdb, err := sql.Open("sqlite", dsn(opts.Path, opts.Sync, false))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", opts.Path, err)
 	}
@@ -139,18 +137,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s.rdb.SetMaxOpenConns(opts.ReadConns)
 	s.rdb.SetMaxIdleConns(opts.ReadConns)
-	cdb, err := sql.Open("sqlite", dsn(opts.Path, opts.Sync, false))
-	if err != nil {
-		wdb.Close()
-		s.rdb.Close()
-		return nil, fmt.Errorf("open sqlite %s for checkpoints: %w", opts.Path, err)
-	}
-	cdb.SetMaxOpenConns(1)
-	s.ckpt = startCheckpointer(cdb, s.log)
 	if s.wc, err = openWconn(ctx, wdb); err != nil {
 		wdb.Close()
 		s.rdb.Close()
-		s.ckpt.close()
 		return nil, err
 	}
 	err = s.stmts.prepare(ctx, s.wc)
@@ -158,7 +147,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		err = s.reads.prepare(ctx, s.rdb)
 	}
 	if err != nil {
-		err = errors.Join(err, s.wc.close(), s.ckpt.close())
+		err = errors.Join(err, s.wc.close())
 		wdb.Close()
 		s.rdb.Close()
 		return nil, err
@@ -188,7 +177,7 @@ func (s *Store) Path() string { return s.opts.Path }
 // Close commits pending operations, stops the writer and closes the database.
 func (s *Store) Close() error {
 	s.w.Close()
-	s.closeOnce.Do(func() { s.closeErr = errors.Join(s.ckpt.close(), s.wc.close()) })
+	s.closeOnce.Do(func() { s.closeErr = s.wc.close() })
 	// Closing twice is harmless for database/sql.
 	return errors.Join(s.closeErr, s.wdb.Close(), s.rdb.Close())
 }

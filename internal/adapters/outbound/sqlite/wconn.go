@@ -35,10 +35,8 @@ type wconn struct {
 	begin, commit, rollback *wstmt
 
 	// pages counts the database pages the connection's commits wrote to
-	// the WAL (SQLite's cache-write counter), for Stats; last is those of
-	// the last commit.
+	// the WAL (SQLite's cache-write counter), for Stats.
 	pages atomic.Int64
-	last  int64
 }
 
 // wstmt is a statement prepared on the writer's driver connection.
@@ -152,11 +150,9 @@ func (w *wconn) tx(ctx context.Context, f func() error) error {
 			_, _ = w.exec(ctx, w.rollback)
 			return fmt.Errorf("commit: %w", err)
 		}
-		w.last = 0
 		if st, ok := w.dc.(msqlite.DBStatus); ok {
 			if n, _, err := st.Status(msqlite.DBStatusCacheWrite, true); err == nil {
-				w.last = int64(n)
-				w.pages.Add(w.last)
+				w.pages.Add(int64(n))
 			}
 		}
 		return nil

@@ -127,7 +127,6 @@ func (s *Store) commit(group []*storekit.Op) {
 	})
 	if err == nil {
 		s.w.Committed(len(group))
-		s.ckpt.wrote(s.wc.last)
 	}
 	s.w.Health.Record(err, time.Now())
 	if err != nil {
