@@ -111,6 +111,18 @@
 // rewrite four indexes instead of one; they are left narrow, and counting by
 // them reads rows (see Counting).
 //
+// In pages written to the WAL (Stats.Pages; a page is a 4 KiB frame), with
+// about fifty operations a commit, an insert costs 0.56 pages, a finish
+// that makes a delivery due 0.36 and the end of the delivery 0.22: a job
+// with a webhook writes about 1.1 pages, 4.7 KB, of WAL. The row, its id
+// and its idempotency key are 0.29 of the insert's; each of the other
+// indexes (jobs_ready, jobs_status, jobs_upstream, jobs_user), whose new
+// entries land at the end of their ranges, adds about 0.07 pages to each
+// write that changes it. Every one of them is read by something a plain
+// job needs (a lane's queue, listing by status, destination and user), so
+// none is left out for plain jobs; the partial ones (jobs_scheduled,
+// jobs_deadline, jobs_tenant) already cost a plain job nothing.
+//
 // # Listing
 //
 // ListJobs is one SELECT newest first (ORDER BY seq DESC LIMIT n) whose
