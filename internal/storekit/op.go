@@ -70,6 +70,10 @@ type Op struct {
 	Operation *domain.Operation     // OpSaveOperation
 	Pause     *domain.LanePause     // OpPauseLane
 
+	// Encoded is what the store's Config.Encode made of the op on the
+	// caller's goroutine, for its commit; nil without an Encode.
+	Encoded any
+
 	done chan Result // nil: nobody waits for the result (Send)
 }
 

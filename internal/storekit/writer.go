@@ -24,6 +24,11 @@ type Config struct {
 	// reached the writer into what the caller is told; nil: the context's
 	// error as it is.
 	CtxErr func(error) error
+	// Encode, if set, runs for every op on the caller's goroutine before
+	// Send hands it to the writer: a store encodes there (into Op.Encoded)
+	// what its commit would otherwise encode on the single writer, whose
+	// time bounds the store's write rate. An error fails the op unsent.
+	Encode func(*Op) error
 }
 
 // Writer is a store's single writer: one goroutine that commits the ops
@@ -38,6 +43,7 @@ type Writer struct {
 	mu      sync.RWMutex // guards closed against sends (and Enter) after Close
 	closed  bool
 	ctxErr  func(error) error
+	encode  func(*Op) error
 	opts    groupcommit.Options
 
 	// Health is what the writer knows of its commits; the store's commit
@@ -65,6 +71,7 @@ func Start(c Config, commit func(group []*Op)) *Writer {
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 		ctxErr:  c.CtxErr,
+		encode:  c.Encode,
 		opts:    groupcommit.Options{MaxBatch: c.MaxBatch, GatherYields: c.GatherYields},
 	}
 	go func() {
@@ -74,9 +81,15 @@ func Start(c Config, commit func(group []*Op)) *Writer {
 	return w
 }
 
-// Send hands o to the writer without waiting for its commit. It fails with
-// domain.ErrClosed after Close, or if ctx ends before the writer takes o.
+// Send hands o to the writer without waiting for its commit, once
+// Config.Encode (if any) has encoded it. It fails with domain.ErrClosed
+// after Close, or if ctx ends before the writer takes o.
 func (w *Writer) Send(ctx context.Context, o *Op) error {
+	if w.encode != nil {
+		if err := w.encode(o); err != nil {
+			return err
+		}
+	}
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()

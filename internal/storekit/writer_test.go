@@ -383,3 +383,33 @@ func TestJobWritesBuildTheirOps(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeRunsBeforeTheOpIsSent checks that Config.Encode runs on the
+// caller's goroutine, before the op reaches the commit (which sees what it
+// encoded), and that an op it fails is never sent.
+func TestEncodeRunsBeforeTheOpIsSent(t *testing.T) {
+	bad := errors.New("cannot encode")
+	caller := make(chan string, 2)
+	e := &fakeEngine{}
+	w := start(t, Config{Encode: func(o *Op) error {
+		caller <- o.ID.String()
+		if o.ID == "bad" {
+			return bad
+		}
+		o.Encoded = "encoded " + o.ID.String()
+		return nil
+	}}, e)
+	if r := w.Submit(t.Context(), &Op{Kind: OpDelete, ID: "good"}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if r := w.Submit(t.Context(), &Op{Kind: OpDelete, ID: "bad"}); !errors.Is(r.Err, bad) {
+		t.Fatalf("op whose encoding fails: %v, want %v", r.Err, bad)
+	}
+	if got := []string{<-caller, <-caller}; got[0] != "good" || got[1] != "bad" {
+		t.Fatalf("encoded %v, want good then bad", got)
+	}
+	ops := e.ops()
+	if len(ops) != 1 || ops[0].ID != "good" || ops[0].Encoded != "encoded good" {
+		t.Fatalf("committed %+v, want the good op with its encoding", ops)
+	}
+}

@@ -17,6 +17,18 @@
 // beside the writer: listing and counting never hold it, however long they
 // take.
 //
+// The writer's connection is its own for the store's life (wconn.go): each
+// group is one sql.Conn.Raw in which BEGIN IMMEDIATE, the group's
+// statements and COMMIT run on the driver's connection, every statement
+// prepared there once at Open, so no exec pays database/sql's per-call work
+// (Tx.StmtContext, argument conversion, locking, result wrapping). A failed
+// statement or COMMIT rolls the transaction back before the group's callers
+// are told. What an insert, a finish or a requeue binds that takes work to
+// compute (headers, history and options as JSON, the derived columns) is
+// made on the caller's goroutine before the op is queued (encode.go,
+// storekit.Config.Encode). Stats counts the pages the commits write to the
+// WAL.
+//
 // # Schema
 //
 // Each job is one row for its whole lifecycle (request, result, webhook
@@ -98,6 +110,18 @@
 // their counts read the index alone, but every change of status would then
 // rewrite four indexes instead of one; they are left narrow, and counting by
 // them reads rows (see Counting).
+//
+// In pages written to the WAL (Stats.Pages; a page is a 4 KiB frame), with
+// about fifty operations a commit, an insert costs 0.56 pages, a finish
+// that makes a delivery due 0.36 and the end of the delivery 0.22: a job
+// with a webhook writes about 1.1 pages, 4.7 KB, of WAL. The row, its id
+// and its idempotency key are 0.29 of the insert's; each of the other
+// indexes (jobs_ready, jobs_status, jobs_upstream, jobs_user), whose new
+// entries land at the end of their ranges, adds about 0.07 pages to each
+// write that changes it. Every one of them is read by something a plain
+// job needs (a lane's queue, listing by status, destination and user), so
+// none is left out for plain jobs; the partial ones (jobs_scheduled,
+// jobs_deadline, jobs_tenant) already cost a plain job nothing.
 //
 // # Listing
 //

@@ -14,18 +14,18 @@ import (
 
 // rowQuery reads one job's row, by id or, when the caller knows it, by seq
 // with the id re-checked (like rowStmt).
-type rowQuery struct{ byID, bySeq *sql.Stmt }
+type rowQuery struct{ byID, bySeq *wstmt }
 
-func (r rowQuery) queryRow(ctx context.Context, tx *sql.Tx, seq int64, id domain.JobID) *sql.Row {
+func (r rowQuery) queryRow(ctx context.Context, w *wconn, seq int64, id domain.JobID) wrow {
 	if seq > 0 {
-		return tx.StmtContext(ctx, r.bySeq).QueryRowContext(ctx, seq, string(id))
+		return w.queryRow(ctx, r.bySeq, seq, string(id))
 	}
-	return tx.StmtContext(ctx, r.byID).QueryRowContext(ctx, string(id))
+	return w.queryRow(ctx, r.byID, string(id))
 }
 
 // prepareOperator prepares the statements of the operator's writes with
 // the helpers of writeStmts.prepare.
-func (w *writeStmts) prepareOperator(p func(string) *sql.Stmt, row func(string) rowStmt, query func(string) rowQuery) {
+func (w *writeStmts) prepareOperator(p func(string) *wstmt, row func(string) rowStmt, query func(string) rowQuery) {
 	w.selectJob = query("SELECT " + jobColumns + " FROM jobs")
 	// A retry starts a new attempt cycle: only the request, the seq, the
 	// history and the options but the schedule and the deadline are kept
@@ -56,8 +56,8 @@ func (w *writeStmts) prepareOperator(p func(string) *sql.Stmt, row func(string) 
 
 // applyRetry re-queues one finished job. The row is read first so that the
 // caller learns why a job cannot be retried, and gets the job as stored.
-func (s *Store) applyRetry(ctx context.Context, tx *sql.Tx, p *ports.RetryParams) (storekit.Result, error) {
-	j, err := scanJob(s.stmts.selectJob.queryRow(ctx, tx, p.Seq, p.ID))
+func (s *Store) applyRetry(ctx context.Context, w *wconn, p *ports.RetryParams) (storekit.Result, error) {
+	j, err := scanJob(s.stmts.selectJob.queryRow(ctx, w, p.Seq, p.ID))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return storekit.Result{Err: domain.ErrNotFound}, nil
@@ -68,7 +68,7 @@ func (s *Store) applyRetry(ctx context.Context, tx *sql.Tx, p *ports.RetryParams
 	case !j.Retryable():
 		return storekit.Result{Err: domain.ErrNotFinished}, nil
 	}
-	ok, err := s.retryJob(ctx, tx, j.Seq, j.ID, p.Now)
+	ok, err := s.retryJob(ctx, w, j.Seq, j.ID, p.Now)
 	if err != nil {
 		return storekit.Result{}, err
 	}
@@ -85,9 +85,9 @@ func (s *Store) applyRetry(ctx context.Context, tx *sql.Tx, p *ports.RetryParams
 
 // retryJob re-queues the job if it is retryable and live, with the next
 // ready_seq, and reports whether it did.
-func (s *Store) retryJob(ctx context.Context, tx *sql.Tx, seq int64, id domain.JobID, now time.Time) (bool, error) {
+func (s *Store) retryJob(ctx context.Context, w *wconn, seq int64, id domain.JobID, now time.Time) (bool, error) {
 	readySeq := s.seq + 1
-	n, err := s.stmts.retry.exec(ctx, tx, seq, id, readySeq, storekit.Millis(now), storekit.Millis(now.Add(domain.QueuedTTL)),
+	n, err := s.stmts.retry.exec(ctx, w, seq, id, readySeq, storekit.Millis(now), storekit.Millis(now.Add(domain.QueuedTTL)),
 		storekit.Millis(now))
 	if err != nil {
 		return false, fmt.Errorf("retry job: %w", err)
@@ -100,9 +100,9 @@ func (s *Store) retryJob(ctx context.Context, tx *sql.Tx, seq int64, id domain.J
 
 // cancelJob finishes the job as cancelled if it is queued and live, making
 // its delivery due in it.DeliverIn, and reports whether it did.
-func (s *Store) cancelJob(ctx context.Context, tx *sql.Tx, it ports.BatchItem, p *ports.RunBatchParams) (bool, error) {
+func (s *Store) cancelJob(ctx context.Context, w *wconn, it ports.BatchItem, p *ports.RunBatchParams) (bool, error) {
 	readySeq, delivery, expiresAt := s.deliveryDue(it.DeliverIn, p.Now, domain.RetentionTTL(domain.StatusFailed, p.Retention))
-	n, err := s.stmts.cancel.exec(ctx, tx, it.Seq, it.ID, storekit.Millis(p.Now), storekit.Millis(expiresAt),
+	n, err := s.stmts.cancel.exec(ctx, w, it.Seq, it.ID, storekit.Millis(p.Now), storekit.Millis(expiresAt),
 		domain.ReasonCanceled, string(it.DeliverIn), readySeq, delivery, storekit.Millis(p.Now))
 	if err != nil {
 		return false, fmt.Errorf("cancel job: %w", err)
@@ -117,9 +117,9 @@ func (s *Store) cancelJob(ctx context.Context, tx *sql.Tx, it ports.BatchItem, p
 // the jobs it changes and the operation's new progress, with the batch's
 // changed and skipped counts added — is in the group's transaction, so a crash keeps all of it or none. The progress check comes
 // before any write, so a refused batch writes nothing.
-func (s *Store) applyRunBatch(ctx context.Context, tx *sql.Tx, p *ports.RunBatchParams) (storekit.Result, error) {
+func (s *Store) applyRunBatch(ctx context.Context, w *wconn, p *ports.RunBatchParams) (storekit.Result, error) {
 	var processed int64
-	switch err := tx.StmtContext(ctx, s.stmts.processedOf).QueryRowContext(ctx, p.Op.ID).Scan(&processed); {
+	switch err := w.queryRow(ctx, s.stmts.processedOf, p.Op.ID).Scan(&processed); {
 	case errors.Is(err, sql.ErrNoRows):
 		return storekit.Result{Err: domain.ErrNotFound}, nil
 	case err != nil:
@@ -127,11 +127,11 @@ func (s *Store) applyRunBatch(ctx context.Context, tx *sql.Tx, p *ports.RunBatch
 	case processed != p.PrevProcessed:
 		return storekit.Result{Err: ports.ErrOperationConflict}, nil
 	}
-	act := func(it ports.BatchItem) (bool, error) { return s.retryJob(ctx, tx, it.Seq, it.ID, p.Now) }
+	act := func(it ports.BatchItem) (bool, error) { return s.retryJob(ctx, w, it.Seq, it.ID, p.Now) }
 	switch p.Op.Kind {
 	case domain.OpKindRetry:
 	case domain.OpKindCancel:
-		act = func(it ports.BatchItem) (bool, error) { return s.cancelJob(ctx, tx, it, p) }
+		act = func(it ports.BatchItem) (bool, error) { return s.cancelJob(ctx, w, it, p) }
 	default:
 		return storekit.Result{Err: fmt.Errorf("operation %s: unknown kind %q", p.Op.ID, p.Op.Kind)}, nil
 	}
@@ -150,18 +150,18 @@ func (s *Store) applyRunBatch(ctx context.Context, tx *sql.Tx, p *ports.RunBatch
 	saved := *p.Op
 	saved.Changed += int64(len(changed))
 	saved.Skipped += int64(len(p.Items) - len(changed))
-	if err := s.saveOperation(ctx, tx, &saved); err != nil {
+	if err := s.saveOperation(ctx, w, &saved); err != nil {
 		return storekit.Result{}, err
 	}
 	return storekit.Result{IDs: changed}, nil
 }
 
-func (s *Store) saveOperation(ctx context.Context, tx *sql.Tx, op *domain.Operation) error {
+func (s *Store) saveOperation(ctx context.Context, w *wconn, op *domain.Operation) error {
 	filter, err := storekit.EncodeFilter(op.Filter)
 	if err != nil {
 		return err
 	}
-	_, err = tx.StmtContext(ctx, s.stmts.saveOp).ExecContext(ctx, op.ID, string(op.Kind), string(op.State), filter,
+	_, err = w.exec(ctx, s.stmts.saveOp, op.ID, string(op.Kind), string(op.State), filter,
 		op.Cursor, op.Total, op.Processed, op.Changed, op.Skipped, op.Error,
 		storekit.Millis(op.CreatedAt), storekit.Millis(op.UpdatedAt))
 	if err != nil {

@@ -1,8 +1,6 @@
 package sqlite
 
 import (
-	"database/sql"
-
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/storekit"
 )
@@ -14,8 +12,15 @@ const jobColumns = storekit.JobColumns
 // scanJob rebuilds a job from a row of jobColumns.
 func scanJob(row storekit.Scanner) (*domain.Job, error) { return storekit.ScanJob(row) }
 
+// closingRows are the rows of a read connection (*sql.Rows) or of the
+// writer's (*wrows).
+type closingRows interface {
+	storekit.Rows
+	Close() error
+}
+
 // collect scans every row of jobColumns into a job and closes rows.
-func collect(rows *sql.Rows) ([]*domain.Job, error) {
+func collect(rows closingRows) ([]*domain.Job, error) {
 	defer rows.Close()
 	return storekit.CollectJobs(rows)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -72,10 +73,14 @@ func (o Options) withDefaults() Options {
 type Store struct {
 	opts  Options
 	log   *zap.Logger
-	wdb   *sql.DB // one connection, owned by the writer goroutine
+	wdb   *sql.DB // one connection, the writer's (wc)
+	wc    *wconn  // the writer goroutine's, below database/sql
 	rdb   *sql.DB // read pool
 	stmts writeStmts
 	reads readStmts
+
+	closeOnce sync.Once // closes wc, once the writer has stopped
+	closeErr  error
 
 	// seq is the writer's counter for seq and ready_seq. Only the writer
 	// goroutine touches it.
@@ -90,12 +95,16 @@ type Store struct {
 type Stats struct {
 	Commits int64 // transactions committed (one WAL fsync each under SyncFull)
 	Ops     int64 // operations in them
+	// Pages are the database pages those commits wrote to the WAL (each
+	// one a frame of the page size plus a 24-byte header): Pages/Ops is
+	// the write amplification of an operation.
+	Pages int64
 }
 
 // Stats returns the writer counters: Ops/Commits is the mean group size.
 func (s *Store) Stats() Stats {
 	commits, ops := s.w.Stats()
-	return Stats{Commits: commits, Ops: ops}
+	return Stats{Commits: commits, Ops: ops, Pages: s.wc.pages.Load()}
 }
 
 var _ ports.JobStore = (*Store)(nil)
@@ -128,16 +137,22 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s.rdb.SetMaxOpenConns(opts.ReadConns)
 	s.rdb.SetMaxIdleConns(opts.ReadConns)
-	err = s.stmts.prepare(ctx, wdb)
-	if err == nil {
-		err = s.reads.prepare(ctx, s.rdb)
-	}
-	if err != nil {
+	if s.wc, err = openWconn(ctx, wdb); err != nil {
 		wdb.Close()
 		s.rdb.Close()
 		return nil, err
 	}
-	s.w = storekit.Start(storekit.Config{MaxBatch: opts.MaxBatch, GatherYields: opts.GatherYields}, s.commit)
+	err = s.stmts.prepare(ctx, s.wc)
+	if err == nil {
+		err = s.reads.prepare(ctx, s.rdb)
+	}
+	if err != nil {
+		err = errors.Join(err, s.wc.close())
+		wdb.Close()
+		s.rdb.Close()
+		return nil, err
+	}
+	s.w = storekit.Start(storekit.Config{MaxBatch: opts.MaxBatch, GatherYields: opts.GatherYields, Encode: encode}, s.commit)
 	s.JobWrites, s.OperatorWrites = s.w.JobWrites(), s.w.OperatorWrites()
 	return s, nil
 }
@@ -162,8 +177,9 @@ func (s *Store) Path() string { return s.opts.Path }
 // Close commits pending operations, stops the writer and closes the database.
 func (s *Store) Close() error {
 	s.w.Close()
+	s.closeOnce.Do(func() { s.closeErr = s.wc.close() })
 	// Closing twice is harmless for database/sql.
-	return errors.Join(s.wdb.Close(), s.rdb.Close())
+	return errors.Join(s.closeErr, s.wdb.Close(), s.rdb.Close())
 }
 
 // ResetStale implements ports.JobStore. Candidates are found on a read

@@ -16,41 +16,40 @@ import (
 
 // Update statements come in two forms: by id (an index lookup), and by seq
 // (the rowid, found directly) with the id re-checked.
-type rowStmt struct{ byID, bySeq *sql.Stmt }
+type rowStmt struct{ byID, bySeq *wstmt }
 
-func (r rowStmt) exec(ctx context.Context, tx *sql.Tx, seq int64, id domain.JobID, args ...any) (int64, error) {
+func (r rowStmt) exec(ctx context.Context, w *wconn, seq int64, id domain.JobID, args ...any) (int64, error) {
 	st := r.byID
 	if seq > 0 {
 		st, args = r.bySeq, append(args, seq)
 	}
-	res, err := tx.StmtContext(ctx, st).ExecContext(ctx, append(args, string(id))...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return w.exec(ctx, st, append(args, string(id))...)
 }
 
 type writeStmts struct {
-	insert, selectByKey, deleteBySeq, deleteByID, purge, deleteFinished, resetStale, statusOf *sql.Stmt
+	insert, selectByKey, deleteBySeq, deleteByID, purge, deleteFinished, resetStale, statusOf *wstmt
 	markInFlight, requeue, requeueDelivery, finish, finishDelivery                            rowStmt
+	recover, probe                                                                            *wstmt
 
 	// PromoteDue's: the due scheduled jobs, and making one ready.
-	selectDue, promote *sql.Stmt
+	selectDue, promote *wstmt
 
 	// The operator's writes (operator_writer.go).
 	selectJob                          rowQuery
 	retry, cancel                      rowStmt
-	processedOf, saveOp, pause, resume *sql.Stmt
+	processedOf, saveOp, pause, resume *wstmt
 }
 
-func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
+// prepare prepares the writer's statements on its connection, once: they
+// live as long as the store.
+func (w *writeStmts) prepare(ctx context.Context, wc *wconn) error {
 	var err error
-	p := func(q string) *sql.Stmt {
+	p := func(q string) *wstmt {
 		if err != nil {
 			return nil
 		}
-		var st *sql.Stmt
-		st, err = db.PrepareContext(ctx, q)
+		var st *wstmt
+		st, err = wc.prepare(ctx, q)
 		return st
 	}
 	// row prepares "... WHERE <cond> AND id = ?" both with and without a
@@ -85,6 +84,10 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		delivery_reason = ?, updated_at = ?, ready_lane = '',
 		expires_at = ? + CASE status WHEN 'completed' THEN ? ELSE ? END
 		WHERE delivery_status = 'pending'`)
+	w.recover = p("UPDATE jobs SET status = 'queued', updated_at = ? WHERE ready_lane != '' AND status = 'in_flight'")
+	// Rewriting the schema version dirties the database header: the
+	// commit writes a WAL frame and syncs it, as a real write would.
+	w.probe = p(fmt.Sprintf("PRAGMA user_version = %d", schemaVersion))
 	w.selectDue = p(promoteSQL)
 	// The conditions are jobs_scheduled's: a job that is no longer
 	// scheduled is left alone.
@@ -109,28 +112,22 @@ func (s *Store) commit(group []*storekit.Op) {
 	results := make([]storekit.Result, len(group))
 	superseded := storekit.Superseded(group)
 	seqBefore := s.seq
-	err := func() error {
-		tx, err := s.wdb.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
+	err := s.wc.tx(ctx, func() error {
 		for i, o := range group {
 			if superseded[i] {
 				continue
 			}
-			r, err := s.apply(ctx, tx, o)
+			r, err := s.apply(ctx, s.wc, o)
 			if err != nil {
-				_ = tx.Rollback()
 				return err
 			}
 			results[i] = r
 		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		s.w.Committed(len(group))
 		return nil
-	}()
+	})
+	if err == nil {
+		s.w.Committed(len(group))
+	}
 	s.w.Health.Record(err, time.Now())
 	if err != nil {
 		s.seq = seqBefore // nothing of the group exists
@@ -151,20 +148,28 @@ func notFound(n int64, err error) (storekit.Result, error) {
 	return storekit.Result{}, nil
 }
 
-// apply runs one op inside tx. Outcomes that belong to the caller (not found)
+// apply runs one op in w's transaction. Outcomes that belong to the caller (not found)
 // are returned in the result; only SQL failures are returned as error.
-func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit.Result, error) {
+func (s *Store) apply(ctx context.Context, w *wconn, o *storekit.Op) (storekit.Result, error) {
 	switch o.Kind {
 	case storekit.OpInsert:
-		j, fresh, err := s.insert(ctx, tx, o.Job)
+		e, err := encoded(o)
+		if err != nil {
+			return storekit.Result{Err: err}, nil
+		}
+		j, fresh, err := s.insert(ctx, w, o.Job, &e.job)
 		return storekit.Result{Job: j, Fresh: fresh}, err
 	case storekit.OpInsertBatch:
+		e, err := encoded(o)
+		if err != nil {
+			return storekit.Result{Err: err}, nil
+		}
 		// In order, in this transaction: the unique index sees the
 		// batch's earlier rows, so a later duplicate is answered with
 		// the earlier job.
 		out := make([]ports.InsertOutcome, len(o.Inserts))
 		for i, job := range o.Inserts {
-			j, fresh, err := s.insert(ctx, tx, job)
+			j, fresh, err := s.insert(ctx, w, job, &e.batch[i])
 			if err != nil {
 				return storekit.Result{}, err
 			}
@@ -172,17 +177,16 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit
 		}
 		return storekit.Result{Batch: out}, nil
 	case storekit.OpPromote:
-		jobs, err := s.promoteDue(ctx, tx, o.At, o.Limit)
+		jobs, err := s.promoteDue(ctx, w, o.At, o.Limit)
 		return storekit.Result{Jobs: jobs}, err
 	case storekit.OpDelete:
-		res, err := tx.StmtContext(ctx, s.stmts.deleteByID).ExecContext(ctx, string(o.ID))
+		n, err := w.exec(ctx, s.stmts.deleteByID, string(o.ID))
 		if err != nil {
 			return storekit.Result{}, fmt.Errorf("delete job: %w", err)
 		}
-		n, _ := res.RowsAffected()
 		return notFound(n, nil)
 	case storekit.OpMarkInFlight:
-		_, err := s.stmts.markInFlight.exec(ctx, tx, o.Seq, o.ID, storekit.Millis(o.At), storekit.Millis(o.At))
+		_, err := s.stmts.markInFlight.exec(ctx, w, o.Seq, o.ID, storekit.Millis(o.At), storekit.Millis(o.At))
 		if err != nil {
 			return storekit.Result{}, fmt.Errorf("mark in flight: %w", err)
 		}
@@ -193,28 +197,32 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit
 		var err error
 		switch p.Phase {
 		case domain.PhaseDeliver:
-			n, err = s.stmts.requeueDelivery.exec(ctx, tx, o.Seq, o.ID, p.Attempts, p.Deferrals, p.Response, p.Reason, storekit.Millis(p.Now))
+			n, err = s.stmts.requeueDelivery.exec(ctx, w, o.Seq, o.ID, p.Attempts, p.Deferrals, p.Response, p.Reason, storekit.Millis(p.Now))
 		case domain.PhaseDispatch:
-			var history any
-			if history, err = historyArg(p.History); err != nil {
-				return storekit.Result{}, err
+			e, eerr := encoded(o)
+			if eerr != nil {
+				return storekit.Result{Err: eerr}, nil
 			}
-			n, err = s.stmts.requeue.exec(ctx, tx, o.Seq, o.ID, p.Attempts, p.Deferrals, storekit.Millis(p.Now),
-				storekit.Millis(p.Now.Add(domain.QueuedTTL)), history)
+			n, err = s.stmts.requeue.exec(ctx, w, o.Seq, o.ID, p.Attempts, p.Deferrals, storekit.Millis(p.Now),
+				storekit.Millis(p.Now.Add(domain.QueuedTTL)), e.history)
 		}
 		if err != nil {
 			return storekit.Result{}, fmt.Errorf("requeue job: %w", err)
 		}
 		return notFound(n, nil)
 	case storekit.OpFinish:
-		return s.applyFinish(ctx, tx, o.Finish)
+		e, err := encoded(o)
+		if err != nil {
+			return storekit.Result{Err: err}, nil
+		}
+		return s.applyFinish(ctx, w, o.Finish, e.history)
 	case storekit.OpFinishDelivery:
 		p := o.Delivery
 		status := domain.DeliveryDelivered
 		if !p.Delivered {
 			status = domain.DeliveryFailed
 		}
-		n, err := s.stmts.finishDelivery.exec(ctx, tx, o.Seq, o.ID, string(status), p.Attempts, p.Response, p.Reason,
+		n, err := s.stmts.finishDelivery.exec(ctx, w, o.Seq, o.ID, string(status), p.Attempts, p.Response, p.Reason,
 			storekit.Millis(p.Now), storekit.Millis(p.Now), domain.RetentionTTL(domain.StatusCompleted, p.Retention).Milliseconds(),
 			domain.RetentionTTL(domain.StatusFailed, p.Retention).Milliseconds())
 		if err != nil {
@@ -222,59 +230,52 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit
 		}
 		return notFound(n, nil)
 	case storekit.OpRecover:
-		res, err := tx.ExecContext(ctx, "UPDATE jobs SET status = 'queued', updated_at = ? WHERE ready_lane != '' AND status = 'in_flight'", storekit.Millis(o.At))
+		n, err := w.exec(ctx, s.stmts.recover, storekit.Millis(o.At))
 		if err != nil {
 			return storekit.Result{}, fmt.Errorf("recover in-flight jobs: %w", err)
 		}
-		n, _ := res.RowsAffected()
 		return storekit.Result{N: n}, nil
 	case storekit.OpResetStale:
-		return s.resetStale(ctx, tx, o.Jobs, o.Stale)
+		return s.resetStale(ctx, w, o.Jobs, o.Stale)
 	case storekit.OpPurge:
 		var n int64
-		st := tx.StmtContext(ctx, s.stmts.purge)
 		for _, seq := range o.Seqs {
-			res, err := st.ExecContext(ctx, seq, storekit.Millis(o.At))
+			k, err := w.exec(ctx, s.stmts.purge, seq, storekit.Millis(o.At))
 			if err != nil {
 				return storekit.Result{}, fmt.Errorf("purge expired jobs: %w", err)
 			}
-			k, _ := res.RowsAffected()
 			n += k
 		}
 		return storekit.Result{N: n}, nil
 	case storekit.OpProbe:
-		// Rewriting the schema version dirties the database header: the
-		// commit writes a WAL frame and syncs it, as a real write would.
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
+		if _, err := w.exec(ctx, s.stmts.probe); err != nil {
 			return storekit.Result{}, fmt.Errorf("write probe: %w", err)
 		}
 		return storekit.Result{}, nil
 	case storekit.OpRetry:
-		return s.applyRetry(ctx, tx, o.Retry)
+		return s.applyRetry(ctx, w, o.Retry)
 	case storekit.OpRunBatch:
-		return s.applyRunBatch(ctx, tx, o.Batch)
+		return s.applyRunBatch(ctx, w, o.Batch)
 	case storekit.OpSaveOperation:
-		return storekit.Result{}, s.saveOperation(ctx, tx, o.Operation)
+		return storekit.Result{}, s.saveOperation(ctx, w, o.Operation)
 	case storekit.OpPauseLane:
-		_, err := tx.StmtContext(ctx, s.stmts.pause).ExecContext(ctx, string(o.Pause.Upstream), storekit.Millis(o.Pause.At), o.Pause.Reason)
+		_, err := w.exec(ctx, s.stmts.pause, string(o.Pause.Upstream), storekit.Millis(o.Pause.At), o.Pause.Reason)
 		if err != nil {
 			return storekit.Result{}, fmt.Errorf("pause lane: %w", err)
 		}
 		return storekit.Result{}, nil
 	case storekit.OpResumeLane:
-		if _, err := tx.StmtContext(ctx, s.stmts.resume).ExecContext(ctx, string(o.Upstream)); err != nil {
+		if _, err := w.exec(ctx, s.stmts.resume, string(o.Upstream)); err != nil {
 			return storekit.Result{}, fmt.Errorf("resume lane: %w", err)
 		}
 		return storekit.Result{}, nil
 	case storekit.OpDeleteFinished:
 		var n int64
-		st := tx.StmtContext(ctx, s.stmts.deleteFinished)
 		for _, seq := range o.Seqs {
-			res, err := st.ExecContext(ctx, seq)
+			k, err := w.exec(ctx, s.stmts.deleteFinished, seq)
 			if err != nil {
 				return storekit.Result{}, fmt.Errorf("delete finished jobs: %w", err)
 			}
-			k, _ := res.RowsAffected()
 			n += k
 		}
 		return storekit.Result{N: n}, nil
@@ -287,20 +288,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, o *storekit.Op) (storekit
 // which case it is replaced (an expired row must not block its key). A job
 // in no ready queue (a scheduled one) gets no ready_seq: PromoteDue gives
 // it one when it is due.
-func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.Job, bool, error) {
-	headers, err := storekit.EncodeHeaders(j.Headers)
-	if err != nil {
-		return nil, false, err
-	}
-	history, err := storekit.EncodeHistory(j.History)
-	if err != nil {
-		return nil, false, err
-	}
-	options, err := storekit.EncodeOptions(&j.JobOptions)
-	if err != nil {
-		return nil, false, err
-	}
-	d := derive(j.Queue, j.UserID, j.URL)
+func (s *Store) insert(ctx context.Context, w *wconn, j *domain.Job, e *encodedJob) (*domain.Job, bool, error) {
 	// Position reads the three priorities' ranges of jobs_ready, and lanes
 	// list only them: a priority outside them is stored as the nearest.
 	priority := domain.Priorities[j.Priority.Class()]
@@ -310,28 +298,28 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 		if j.ReadyQueue == "" {
 			readySeq = 0
 		}
-		res, err := tx.StmtContext(ctx, s.stmts.insert).ExecContext(ctx,
-			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, headers, nullBytes(j.Body),
+		n, err := w.exec(ctx, s.stmts.insert,
+			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, e.headers, nullBytes(j.Body),
 			j.WebhookURL, string(j.Queue), string(j.Status), j.Attempts, storekit.Millis(j.CreatedAt), storekit.Millis(j.UpdatedAt),
-			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), readySeq, history, d.upstream, d.tenant, d.urlPath,
-			storekit.Millis(j.NotBefore), storekit.Millis(j.Deadline), int(priority), options)
+			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), readySeq, e.history, e.upstream, e.tenant, e.urlPath,
+			storekit.Millis(j.NotBefore), storekit.Millis(j.Deadline), int(priority), e.options)
 		if err != nil {
 			return nil, false, fmt.Errorf("insert job: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n == 1 {
+		if n == 1 {
 			s.seq = seq
 			stored := *j // shallow: the caller does not mutate a job after handing it over
 			stored.Seq, stored.ReadySeq, stored.Priority = seq, readySeq, priority
 			return &stored, true, nil
 		}
-		existing, err := scanJob(tx.StmtContext(ctx, s.stmts.selectByKey).QueryRowContext(ctx, j.UserID, j.IdempotentKey))
+		existing, err := scanJob(w.queryRow(ctx, s.stmts.selectByKey, j.UserID, j.IdempotentKey))
 		if err != nil {
 			return nil, false, fmt.Errorf("read existing job: %w", err)
 		}
 		if !existing.Expired(j.CreatedAt) {
 			return existing, false, nil
 		}
-		if _, err := tx.StmtContext(ctx, s.stmts.deleteBySeq).ExecContext(ctx, existing.Seq); err != nil {
+		if _, err := w.exec(ctx, s.stmts.deleteBySeq, existing.Seq); err != nil {
 			return nil, false, fmt.Errorf("replace expired job: %w", err)
 		}
 	}
@@ -343,8 +331,8 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j *domain.Job) (*domain.
 // rows are read whole before the first update (an update must not move
 // rows under an open scan of the index it changes), and each update
 // re-checks that its job is still scheduled, so none is promoted twice.
-func (s *Store) promoteDue(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]*domain.Job, error) {
-	rows, err := tx.StmtContext(ctx, s.stmts.selectDue).QueryContext(ctx, storekit.Millis(now), limit)
+func (s *Store) promoteDue(ctx context.Context, w *wconn, now time.Time, limit int) ([]*domain.Job, error) {
+	rows, err := w.query(ctx, s.stmts.selectDue, storekit.Millis(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("find due jobs: %w", err)
 	}
@@ -352,15 +340,14 @@ func (s *Store) promoteDue(ctx context.Context, tx *sql.Tx, now time.Time, limit
 	if err != nil {
 		return nil, fmt.Errorf("find due jobs: %w", err)
 	}
-	st := tx.StmtContext(ctx, s.stmts.promote)
 	out := due[:0]
 	for _, j := range due {
 		readySeq := s.seq + 1
-		res, err := st.ExecContext(ctx, readySeq, j.Seq)
+		n, err := w.exec(ctx, s.stmts.promote, readySeq, j.Seq)
 		if err != nil {
 			return nil, fmt.Errorf("promote due job: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n == 1 {
+		if n == 1 {
 			s.seq = readySeq
 			j.ReadyQueue, j.ReadySeq = j.Queue, readySeq
 			out = append(out, j)
@@ -371,18 +358,15 @@ func (s *Store) promoteDue(ctx context.Context, tx *sql.Tx, now time.Time, limit
 
 // applyFinish records the terminal status and, for a job with a webhook,
 // makes its delivery due in p.DeliverIn with a fresh ready_seq. A job that is
-// already terminal is left alone (no second delivery).
-func (s *Store) applyFinish(ctx context.Context, tx *sql.Tx, p *ports.FinishParams) (storekit.Result, error) {
+// already terminal is left alone (no second delivery). history is
+// historyArg of p.History (encode).
+func (s *Store) applyFinish(ctx context.Context, w *wconn, p *ports.FinishParams, history any) (storekit.Result, error) {
 	r := p.Result
 	if r == nil {
 		r = &domain.Result{}
 	}
-	history, err := historyArg(p.History)
-	if err != nil {
-		return storekit.Result{}, err
-	}
 	readySeq, delivery, expiresAt := s.deliveryDue(p.DeliverIn, p.Now, domain.RetentionTTL(p.Status, p.Retention))
-	n, err := s.stmts.finish.exec(ctx, tx, p.Seq, p.ID,
+	n, err := s.stmts.finish.exec(ctx, w, p.Seq, p.ID,
 		string(p.Status), p.Attempts, storekit.Millis(p.Now), storekit.Millis(expiresAt), r.ResponseStatus, nullBytes(r.Body),
 		boolInt(r.BodyTruncated), r.ContentType, r.Reason, string(p.DeliverIn), readySeq, delivery, history)
 	if err != nil {
@@ -393,7 +377,7 @@ func (s *Store) applyFinish(ctx context.Context, tx *sql.Tx, p *ports.FinishPara
 		return storekit.Result{N: readySeq}, nil
 	}
 	var status string
-	switch err := tx.StmtContext(ctx, s.stmts.statusOf).QueryRowContext(ctx, string(p.ID)).Scan(&status); {
+	switch err := w.queryRow(ctx, s.stmts.statusOf, string(p.ID)).Scan(&status); {
 	case errors.Is(err, sql.ErrNoRows):
 		return storekit.Result{Err: domain.ErrNotFound}, nil
 	case err != nil:
@@ -414,24 +398,14 @@ func (s *Store) deliveryDue(deliverIn domain.QueueKey, now time.Time, ttl time.D
 	return s.seq + 1, string(domain.DeliveryPending), now.Add(max(ttl, domain.QueuedTTL))
 }
 
-// historyArg is the argument of "history = coalesce(?, history)": NULL keeps
-// the stored history (h is nil), anything else replaces it.
-func historyArg(h []domain.Attempt) (any, error) {
-	if h == nil {
-		return nil, nil
-	}
-	return storekit.EncodeHistory(h)
-}
-
-func (s *Store) resetStale(ctx context.Context, tx *sql.Tx, candidates []*domain.Job, p *ports.ResetStaleParams) (storekit.Result, error) {
+func (s *Store) resetStale(ctx context.Context, w *wconn, candidates []*domain.Job, p *ports.ResetStaleParams) (storekit.Result, error) {
 	var reset []*domain.Job
-	st := tx.StmtContext(ctx, s.stmts.resetStale)
 	for _, j := range candidates {
-		res, err := st.ExecContext(ctx, storekit.Millis(p.Now), storekit.Millis(p.Now.Add(domain.QueuedTTL)), string(j.ID), storekit.Millis(p.DispatchedBefore))
+		n, err := w.exec(ctx, s.stmts.resetStale, storekit.Millis(p.Now), storekit.Millis(p.Now.Add(domain.QueuedTTL)), string(j.ID), storekit.Millis(p.DispatchedBefore))
 		if err != nil {
 			return storekit.Result{}, fmt.Errorf("reset stale job: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n == 1 {
+		if n == 1 {
 			j.Status = domain.StatusQueued
 			reset = append(reset, j)
 		}
