@@ -54,6 +54,7 @@ tenants:
 			"AQUIFER_PROXY_DIRECT_TIMEOUT": "4s", "AQUIFER_PROXY_BREAKER_MULTIPLIER": "2", "AQUIFER_PROXY_BREAKER_COOLDOWN": "6s",
 			"AQUIFER_PROXY_ORCA_THRESHOLD": "0.5", "AQUIFER_DRAIN_ENABLED": "true", "AQUIFER_DRAIN_WEBHOOK_URL": "http://127.0.0.1:1/d",
 			"AQUIFER_DRAIN_TIMER_SECONDS": "11", "AQUIFER_DRAIN_PAGE_SIZE": "12", "AQUIFER_L8_MISS_TTL": "3m",
+			"AQUIFER_HTTP1_CLIENT": "false",
 		}[k]
 		return v, ok
 	})
@@ -62,23 +63,24 @@ tenants:
 	}
 	o := options(cfg)
 	want := aquifer.Options{
-		Rates:            cfg.Rates,
-		RequestTimeout:   7 * time.Second,
-		MaxBodyBytes:     1000,
-		MaxResponseBytes: 2000,
-		LaneWindow:       17,
-		FailedRetention:  36 * time.Hour,
-		JobBounds:        aquifer.OptionBounds{MaxDelay: 48 * time.Hour, MaxAttempts: 8, MaxBackoff: time.Hour, MaxTimeout: 2 * time.Minute},
-		PriorityAging:    15 * time.Second,
-		MaxBatchBytes:    5000,
-		Admission:        aquifer.AdmissionLimits{MemoryLimitMB: 300, DBMaxBytes: 4000, RetryAfter: 9 * time.Second},
-		Destinations:     cfg.Destinations,
-		L8:               aquifer.L8Options{PrivateKey: priv, KeyPath: filepath.Join(dir, "l8.key"), TrustDir: filepath.Join(dir, "l8-trust"), MissTTL: 3 * time.Minute},
-		WebhookSecrets:   cfg.WebhookSecrets,
-		Tenants:          cfg.Tenants,
-		Outage:           aquifer.OutageOptions{FailureThreshold: 4, ProbeInterval: 2 * time.Second, MaxProbeInterval: time.Minute, MaxHold: time.Hour},
-		Proxy:            aquifer.ProxyOptions{DirectTimeout: 4 * time.Second, BreakerMultiplier: 2, DefaultCooldown: 6 * time.Second, ORCAThreshold: 0.5},
-		Drain:            aquifer.DrainOptions{Enabled: true, WebhookURL: "http://127.0.0.1:1/d", Idle: 11 * time.Second, PageSize: 12},
+		Rates:               cfg.Rates,
+		RequestTimeout:      7 * time.Second,
+		MaxBodyBytes:        1000,
+		MaxResponseBytes:    2000,
+		LaneWindow:          17,
+		FailedRetention:     36 * time.Hour,
+		JobBounds:           aquifer.OptionBounds{MaxDelay: 48 * time.Hour, MaxAttempts: 8, MaxBackoff: time.Hour, MaxTimeout: 2 * time.Minute},
+		PriorityAging:       15 * time.Second,
+		MaxBatchBytes:       5000,
+		Admission:           aquifer.AdmissionLimits{MemoryLimitMB: 300, DBMaxBytes: 4000, RetryAfter: 9 * time.Second},
+		Destinations:        cfg.Destinations,
+		NetHTTPForPlainHTTP: true,
+		L8:                  aquifer.L8Options{PrivateKey: priv, KeyPath: filepath.Join(dir, "l8.key"), TrustDir: filepath.Join(dir, "l8-trust"), MissTTL: 3 * time.Minute},
+		WebhookSecrets:      cfg.WebhookSecrets,
+		Tenants:             cfg.Tenants,
+		Outage:              aquifer.OutageOptions{FailureThreshold: 4, ProbeInterval: 2 * time.Second, MaxProbeInterval: time.Minute, MaxHold: time.Hour},
+		Proxy:               aquifer.ProxyOptions{DirectTimeout: 4 * time.Second, BreakerMultiplier: 2, DefaultCooldown: 6 * time.Second, ORCAThreshold: 0.5},
+		Drain:               aquifer.DrainOptions{Enabled: true, WebhookURL: "http://127.0.0.1:1/d", Idle: 11 * time.Second, PageSize: 12},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("options:\n got %+v\nwant %+v", o, want)
