@@ -55,9 +55,14 @@
 //
 // Get, Lookup, ListReady, Position, ReadyQueues, Counts, NextDue and Overdue
 // read the database directly with point lookups and bounded iterators, never
-// through the writer. Position and Counts read only the ready and scheduled
-// indexes, never a record. ListReady reads one priority's range of its
-// lane; NextDue is the first s/ key; Overdue walks the d/ range up to now.
+// through the writer. Position reads only the ready index, never a record.
+// Counts reads three counters (c/ below) and the e/ range up to now, in
+// one snapshot: the counters count a job until it is purged, so the jobs
+// expired since the last purge sweep are found there and their records
+// read (without bodies) to take them off; its cost follows the jobs
+// expired but not yet purged, not the jobs waiting. ListReady reads one
+// priority's range of its lane; NextDue is the first s/ key; Overdue walks
+// the d/ range up to now.
 // PromoteDue is a write: the writer reads the s/ range up to now through
 // the group's batch, so a job promoted earlier in the group is not found
 // again. The Seq hints
@@ -88,10 +93,11 @@
 //	x/<status:1><^seq:8>                             → <summary><response status varint>
 //	i/<dim:1><uvarint len(value)><value><^seq:8>     → <job id, packed>
 //	c/<dim:1><uvarint len(value)><value><status:1>   → <count:8>
+//	c/*<0><'d'>                                      → <pending deliveries:8>
 //	o/<operation id>                                 → the bulk operation, JSON (its filter as storekit.EncodeFilter)
 //	p/<upstream>                                     → <paused at ms varint><reason>
 //	m/seq                                            → <highest seq or ready_seq ever assigned:8>
-//	m/format                                         → <layout version:1> (currently 4)
+//	m/format                                         → <layout version:1> (currently 5)
 //	m/probe                                          → <time of the latest write probe, ms:8> (never read)
 //
 // j/ holds one record per job for its whole lifecycle (request, result,
@@ -111,9 +117,9 @@
 // ReadySeq in all three. A job's priority never changes, and a result waits
 // for delivery under its job's priority in the receiver's lane. The state byte
 // is 'q' (queued for dispatch), 'f' (in flight: not waiting, skipped by
-// ListReady, Position and Counts) or 'd' (result waiting for webhook
-// delivery). The entry carries the job's expiry (0 for none) so Position and
-// Counts can leave out expired jobs without loading records. Every write
+// ListReady and Position) or 'd' (result waiting for webhook delivery).
+// The entry carries the job's expiry (0 for none) so Position can leave
+// out expired jobs without loading records. Every write
 // that changes a job's ready lane, ReadySeq, status or expiry rewrites its
 // entry in the same batch.
 //
@@ -121,8 +127,8 @@
 // queued, NotBefore set, no ready lane), ordered by (NotBefore, Seq), which
 // is the order PromoteDue promotes in; NextDue is its first key. A job
 // promoted, finished (a cancel), deleted or purged leaves it in the same
-// batch. The entry carries the job's expiry so Counts counts scheduled
-// jobs as queued without loading records.
+// batch. The entry carries the job's expiry (unexpired scheduled jobs
+// counted as queued from the s/ range before layout 5).
 //
 // d/ is the deadline index: one entry per unfinished job with a Deadline
 // (queued, scheduled or in flight), ordered by (Deadline, Seq). It is
@@ -169,7 +175,11 @@
 // dimension. The writer sums a group's changes in memory and writes each
 // changed counter once per group, deleting those that reach zero, so a
 // count costs a few map updates per write and a point read and write per
-// counter per group, not per job.
+// counter per group, not per job. One more counter, overall only (dim '*',
+// empty value, code 'd', which no status has), counts the results waiting
+// for webhook delivery — the jobs whose ready-index entry is 'd', expired
+// ones included until purged — for Counts: the status counters give it
+// the queued (scheduled among them) and in-flight jobs.
 //
 // o/ holds the bulk operations (few: one per bulk action), p/ the paused
 // destinations in upstream order. RunBatch writes the jobs of a batch and
@@ -268,6 +278,13 @@
 //
 // # Migration
 //
+// A store of layout 4 (no deliveries counter) is migrated when it is
+// opened, before the writer starts: the r/ entries in state 'd' are
+// counted, reading no record, and the count and m/format 5 are written in
+// one synced batch. A crash before it commits leaves layout 4, and the
+// next open counts again. Nothing else differs: a layout 3 or 2 store is
+// migrated to 4 as below, then to 5.
+//
 // A store of layout 3 (ready-index keys without the priority byte, no s/
 // or d/) is migrated when it is opened, before the writer starts: every r/
 // key is rewritten with the normal priority's byte after its lane (no
@@ -324,6 +341,6 @@
 // so a decoder copies all of them with one string conversion and the bodies
 // separately, never holding a body twice. Times and durations have
 // millisecond precision, as in the sqlite store. Records of an unknown
-// version are refused, and so is a store whose m/format is not 4, 3 or 2
+// version are refused, and so is a store whose m/format is not 5, 4, 3 or 2
 // (1 was an unreleased development layout).
 package pebble

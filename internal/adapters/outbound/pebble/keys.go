@@ -31,8 +31,11 @@ var (
 // version 2 store is migrated when it is opened (migrate). Version 3 had
 // no priority in the ready-index keys and no s/ or d/ index; it is
 // migrated too (migrate3), a version 2 store first to 3 and then to 4.
+// Version 4 had no count of pending deliveries (c/ under stDeliver), which
+// Counts reads; it is migrated by counting them (migrate4).
 const (
-	layoutVersion   = 4
+	layoutVersion   = 5
+	layoutVersionV4 = 4
 	layoutVersionV3 = 3
 	layoutVersionV2 = 2
 )

@@ -139,7 +139,7 @@ func (s *Store) migrate3() error {
 	if err := it.Error(); err != nil {
 		return err
 	}
-	w.set(keyFormat, []byte{layoutVersion})
+	w.set(keyFormat, []byte{layoutVersionV4})
 	if w.err != nil {
 		return w.err
 	}
@@ -147,7 +147,50 @@ func (s *Store) migrate3() error {
 		return err
 	}
 	_ = w.b.Close()
-	s.log.Info("pebble store migrated to layout 4", zap.Int("ready entries", done), zap.Int("skipped", skipped),
+	s.log.Info("pebble store migrated to layout 4 (layout 5 next)", zap.Int("ready entries", done), zap.Int("skipped", skipped),
 		zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+// migrate4 brings a layout 4 store to layout 5 before the writer starts:
+// it counts the ready-index entries of results waiting for delivery
+// (stDeliver, expired ones included, as every counter counts them until
+// they are purged) into the deliveries counter, which Counts reads, and
+// sets m/format 5, in one synced batch. It reads no record. The count is
+// written whole, not added, so a store that crashed before the batch
+// committed simply counts again at its next open.
+func (s *Store) migrate4() error {
+	start := time.Now()
+	db := s.db
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var n int64
+	for ok := it.First(); ok; ok = it.Next() {
+		if state, _, _, ok := parseReady(it.Value()); ok && state == stDeliver {
+			n++
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	w := &wbatch{b: db.NewBatch(), s: s}
+	defer w.b.Close()
+	k := countKey(nil, deliveries.dim, deliveries.value, deliveries.st)
+	if n == 0 {
+		w.del(k)
+	} else {
+		w.set(k, countValue(n))
+	}
+	w.set(keyFormat, []byte{layoutVersion})
+	if w.err != nil {
+		return w.err
+	}
+	if err := w.b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	s.log.Info("pebble store migrated to layout 5", zap.Int64("deliveries", n), zap.Duration("took", time.Since(start)))
 	return nil
 }

@@ -208,18 +208,23 @@ func (s *Store) init() error {
 		if err := s.db.Set(keyFormat, []byte{layoutVersion}, pebble.Sync); err != nil {
 			return fmt.Errorf("initialise %s: %w", s.opts.Dir, err)
 		}
-	case len(v) == 1 && (v[0] == layoutVersionV2 || v[0] == layoutVersionV3):
+	case len(v) == 1 && (v[0] == layoutVersionV2 || v[0] == layoutVersionV3 || v[0] == layoutVersionV4):
 		if v[0] == layoutVersionV2 {
 			if err := s.migrate(); err != nil {
 				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV2, layoutVersionV3, err)
 			}
 		}
-		if err := s.migrate3(); err != nil {
-			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV3, layoutVersion, err)
+		if v[0] <= layoutVersionV3 {
+			if err := s.migrate3(); err != nil {
+				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV3, layoutVersionV4, err)
+			}
+		}
+		if err := s.migrate4(); err != nil {
+			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV4, layoutVersion, err)
 		}
 	case len(v) != 1 || v[0] != layoutVersion:
-		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d and %d (downgrades are not supported)",
-			s.opts.Dir, v, layoutVersion, layoutVersionV2, layoutVersionV3)
+		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d, %d and %d (downgrades are not supported)",
+			s.opts.Dir, v, layoutVersion, layoutVersionV2, layoutVersionV3, layoutVersionV4)
 	}
 	if v, err = get(s.db, keySeq); err != nil {
 		return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, err)
@@ -546,42 +551,43 @@ func (s *Store) ReadyQueues(context.Context) ([]domain.QueueKey, error) {
 	return lanes, nil
 }
 
-// Counts implements ports.JobStore from the ready index and the s/ index
-// (scheduled jobs count as queued), reading no record.
+// Counts implements ports.JobStore from the counters, in one snapshot:
+// the stored jobs queued (scheduled ones among them) and in flight (c/
+// overall, by status) and the results waiting for delivery (the deliveries
+// counter), less the jobs among them that have expired but are not purged
+// yet. Those are found in the e/ range up to now and their records read
+// without bodies: as many as expired since the last purge sweep, however
+// many jobs wait, where counting the ready index cost a step per waiting
+// job.
 func (s *Store) Counts(context.Context) (ports.Counts, error) {
 	var c ports.Counts
 	err := s.read(func() error {
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
+		snap := s.db.NewSnapshot()
+		defer snap.Close()
+		all, err := readCounts(snap, dimRef{dimAll, ""})
 		if err != nil {
 			return err
 		}
-		now := storekit.Millis(time.Now())
-		for ok := it.First(); ok; ok = it.Next() {
-			state, exp, _, ok := parseReady(it.Value())
-			if !ok || !liveAt(exp, now) {
-				continue
-			}
-			switch state {
-			case stQueued:
-				c.Queued++
-			case stInFlight:
-				c.InFlight++
-			case stDeliver:
-				c.Deliveries++
-			}
-		}
-		if err := errors.Join(it.Error(), it.Close()); err != nil {
+		k := countKey(nil, deliveries.dim, deliveries.value, deliveries.st)
+		v, err := get(snap, k)
+		if err != nil {
 			return err
 		}
-		if it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: prefixSched, UpperBound: prefixEnd(prefixSched)}); err != nil {
-			return err
+		n, ok := parseCount(v)
+		if !ok {
+			return errCorruptCount
 		}
-		for ok := it.First(); ok; ok = it.Next() {
-			if exp, _, ok := parseSched(it.Value()); ok && liveAt(exp, now) {
-				c.Queued++
+		c = ports.Counts{Queued: all[statusSlot(stQueued)], InFlight: all[statusSlot(stInFlight)], Deliveries: n}
+		return expired(snap, time.Now(), func(j *domain.Job) {
+			switch {
+			case j.Status == domain.StatusQueued:
+				c.Queued--
+			case j.Status == domain.StatusInFlight:
+				c.InFlight--
+			case delivering(j):
+				c.Deliveries--
 			}
-		}
-		return errors.Join(it.Error(), it.Close())
+		})
 	})
 	if err != nil {
 		return ports.Counts{}, wrapRead("count jobs", err)

@@ -310,6 +310,7 @@ func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 	if (old != nil && (old.Scheduled() || waitsWithDeadline(old))) || j.Scheduled() || waitsWithDeadline(j) {
 		w.putSchedule(old, j)
 	}
+	w.countDelivery(old, j)
 	w.putIndexes(old, j)
 }
 
@@ -377,6 +378,9 @@ func (w *wbatch) remove(j *domain.Job) {
 	}
 	if waitsWithDeadline(j) {
 		w.sdel(dueKey(w.s.kbuf[:0], storekit.Millis(j.Deadline), j.Seq))
+	}
+	if delivering(j) {
+		w.add(deliveries, -1)
 	}
 	w.removeIndexes(j)
 }
