@@ -95,6 +95,7 @@ type Store struct {
 	// Owned by the writer goroutine.
 	seq        int64     // the counter for seq and ready_seq: the highest assigned
 	kbuf       []byte    // scratch for keys
+	lbuf       []byte    // scratch for the record keys of loads (wbatch.load)
 	vbuf       []byte    // scratch for records
 	rbuf       []byte    // scratch for ready-index values
 	sbuf       []byte    // scratch for x/ and i/ values
@@ -708,7 +709,12 @@ func get(g getter, key []byte) ([]byte, error) {
 
 // loadJob reads the job's record; nil if there is none.
 func loadJob(g getter, id domain.JobID) (*domain.Job, error) {
-	v, closer, err := g.Get(jobKey(nil, id))
+	return loadJobAt(g, jobKey(nil, id), id)
+}
+
+// loadJobAt is loadJob with the record's key, key, already built.
+func loadJobAt(g getter, key []byte, id domain.JobID) (*domain.Job, error) {
+	v, closer, err := g.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}

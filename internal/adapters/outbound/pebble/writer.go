@@ -270,7 +270,11 @@ func (w *wbatch) fail(err error) {
 }
 
 // load reads the job's record as the group sees it; nil if there is none.
-func (w *wbatch) load(id domain.JobID) (*domain.Job, error) { return loadJob(w.b, id) }
+// The key is built in the writer's scratch: most ops load one record.
+func (w *wbatch) load(id domain.JobID) (*domain.Job, error) {
+	w.s.lbuf = jobKey(w.s.lbuf[:0], id)
+	return loadJobAt(w.b, w.s.lbuf, id)
+}
 
 // put writes j's record, encoded as rec, and every index entry that differs
 // from old's (old is nil for a new job). Callers encode first, so an encoding
