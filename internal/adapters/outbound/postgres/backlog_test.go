@@ -13,7 +13,7 @@ import (
 // space the tables take. It runs only when AQUIFER_BACKLOG names the
 // backlog, and is meant for -count 1 (each run queues the backlog afresh):
 //
-//	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 10s -count 1 .
+//	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 5000x -count 1 .
 func BenchmarkBacklog(b *testing.B) {
 	sizes := storetest.BacklogSizes(b)
 	if sizes == nil {
