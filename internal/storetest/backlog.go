@@ -109,9 +109,10 @@ func FillBacklog(tb testing.TB, s ports.JobStore, n int) {
 // what the daemon's hot path does for another destination: durable
 // inserts from 64 goroutines ("insert"), the store side of one job with a
 // webhook ("lifecycle": insert, mark in flight, finish with a delivery due,
-// finish the delivery), and ("reads") the load gauge's Counts and the
-// dispatcher's first ListReady page of the backlogged lane, timed over a
-// fixed sample whatever -benchtime says. While insert and lifecycle run, Counts is called
+// finish the delivery), and ("reads") the load gauge's Counts, the
+// dispatcher's first ListReady page of the backlogged lane and the
+// sweep's Purge when nothing has expired, timed over a fixed sample
+// whatever -benchtime says. While insert and lifecycle run, Counts is called
 // every second, as the daemon's load gauge does. Each reports jobs/s and
 // the CPU time per job of the whole process (the store's background work
 // included); the caller adds memory figures (ReportMemory).
@@ -151,6 +152,12 @@ func BenchBacklog(b *testing.B, s ports.JobStore) {
 		})
 		sample(b, "µs/listready", func() error {
 			_, err := s.ListReady(b.Context(), &ports.ListReadyParams{Queue: BacklogLane, Limit: 100, Now: time.Now()})
+			return err
+		})
+		// The sweep's last Purge of each minute, which finds nothing (more)
+		// to purge.
+		sample(b, "µs/purge", func() error {
+			_, err := s.Purge(b.Context(), &ports.PurgeParams{Now: time.Now(), Limit: 1000})
 			return err
 		})
 	})
