@@ -144,7 +144,9 @@
 // x/ is the status index: one entry per job, under its status code ('q',
 // 'f', 'c', 'x', as in records), newest first. It moves when the status
 // changes and is rewritten when the response status does; nothing else
-// touches it. Its value, a summary, is <created_at ms varint>, the packed
+// touches it. Its 'f' range is also how ResetStale (every sweep) and
+// RecoverInFlight (at start) find the jobs in flight, stepping over no
+// waiting job. Its value, a summary, is <created_at ms varint>, the packed
 // job id, then user_id, upstream and pool id as length-prefixed strings:
 // every filter but q is decided from the entry, without loading the
 // record.

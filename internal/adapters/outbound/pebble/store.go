@@ -272,8 +272,8 @@ func (s *Store) Close() error {
 }
 
 // ResetStale implements ports.JobStore. Candidates are found by a read of the
-// ready index; the writer then resets each one only if it is still in flight
-// since before the cut-off.
+// status index's in-flight range (inFlight); the writer then resets each one
+// only if it is still in flight since before the cut-off.
 func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
 	var candidates []*domain.Job
 	err := s.read(func() error {
@@ -731,17 +731,23 @@ func loadJobAt(g getter, key []byte, id domain.JobID) (*domain.Job, error) {
 	return j, errors.Join(err, closer.Close())
 }
 
-// inFlight returns the ids of the jobs the ready index records as in flight.
+// inFlight returns the ids of the jobs in flight, from the x/ range of
+// that status: as many entries as jobs in flight (a lane's concurrency),
+// where the ready index holds every waiting job too. Callers read each
+// record and check its status.
 func inFlight(r reader) ([]domain.JobID, error) {
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
+	p := statusPrefix(nil, stInFlight)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return nil, err
 	}
 	var ids []domain.JobID
+	var sum summary
 	for ok := it.First(); ok; ok = it.Next() {
-		if state, _, id, ok := parseReady(it.Value()); ok && state == stInFlight {
-			ids = append(ids, domain.JobID(id))
+		if !sum.parse(it.Value()) {
+			return nil, errors.Join(errCorruptIndex, it.Close())
 		}
+		ids = append(ids, domain.JobID(sum.id))
 	}
 	return ids, errors.Join(it.Error(), it.Close())
 }
