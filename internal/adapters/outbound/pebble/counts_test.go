@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
@@ -12,7 +14,8 @@ import (
 // until it is purged; it leaves out the jobs that have expired but are not
 // purged yet, whatever they wait for (dispatch, an attempt in flight, the
 // delivery of their result), and answers the same once they are purged.
-// Scheduled jobs count as queued.
+// Scheduled jobs count as queued. It never reads the record of a finished
+// job.
 func TestCountsLeaveOutExpired(t *testing.T) {
 	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
 	if err != nil {
@@ -85,4 +88,15 @@ func TestCountsLeaveOutExpired(t *testing.T) {
 		t.Fatalf("Counts after the purge = %+v, %v; want %+v", c, err, want)
 	}
 	checkIndexes(t, s)
+
+	// Counts reads no record of a finished job, however many expire
+	// between two purge sweeps: one it read would fail it here.
+	gone := insert("done-expired-again", nil)
+	finish(gone, longAgo, false)
+	if err := s.db.Set(jobKey(nil, gone.ID), []byte{0xff}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Counts(ctx); err != nil || c != want {
+		t.Fatalf("Counts beside an expired finished job = %+v, %v; want %+v", c, err, want)
+	}
 }

@@ -56,11 +56,13 @@
 // Get, Lookup, ListReady, Position, ReadyQueues, Counts, NextDue and Overdue
 // read the database directly with point lookups and bounded iterators, never
 // through the writer. Position reads only the ready index, never a record.
-// Counts reads three counters (c/ below) and the e/ range up to now, in
-// one snapshot: the counters count a job until it is purged, so the jobs
-// expired since the last purge sweep are found there and their records
-// read (without bodies) to take them off; its cost follows the jobs
-// expired but not yet purged, not the jobs waiting. ListReady reads one
+// Counts reads three counters (c/ below) and the w/ range up to now, in
+// one snapshot: the counters count a job until it is purged, so the
+// waiting jobs that have expired are found there and their records read
+// (without bodies) to take them off. A waiting job expires only after a
+// day of waiting, so that range is nearly always empty, and the finished
+// jobs that expire by the thousand between two purge sweeps are in e/,
+// which Counts does not read: it costs a few point reads at any backlog. ListReady reads one
 // priority's range of its lane; NextDue is the first s/ key; Overdue walks
 // the d/ range up to now.
 // PromoteDue is a write: the writer reads the s/ range up to now through
@@ -89,7 +91,8 @@
 //	r/<uvarint len(lane)><ready lane><prio:1><ready_seq:8> → <state:1><expires_at ms:8><job id>
 //	s/<not_before ms:8><seq:8>                       → <expires_at ms:8><job id>
 //	d/<deadline ms:8><seq:8>                         → <job id>
-//	e/<expires_at ms:8><job id>                      → empty
+//	e/<expires_at ms:8><job id>                      → empty (finished jobs)
+//	w/<expires_at ms:8><job id>                      → empty (waiting jobs)
 //	x/<status:1><^seq:8>                             → <summary><response status varint>
 //	i/<dim:1><uvarint len(value)><value><^seq:8>     → <job id, packed>
 //	c/<dim:1><uvarint len(value)><value><status:1>   → <count:8>
@@ -137,9 +140,15 @@
 // Requeue touch nothing here, and Overdue skips it by its record. Retry
 // clears the deadline, so a retried job has none.
 //
-// e/ is the expiry index Purge walks in expiry order; the millisecond time has
-// its sign bit flipped so that negative times sort first (as in s/ and d/).
-// A job whose ExpiresAt is zero never expires and has no e/ entry.
+// e/ and w/ are the expiry indexes Purge walks in expiry order; the
+// millisecond time has its sign bit flipped so that negative times sort
+// first (as in s/ and d/). A job is in w/ while it waits — queued
+// (scheduled or not), in flight, or with its result waiting for delivery:
+// what Counts counts — and in e/ once it is finished with nothing left to
+// do. An entry moves when the job's expiry changes or when it stops (or
+// starts) waiting; those change together on every transition but
+// MarkInFlight and RecoverInFlight, which keep it waiting. A job whose
+// ExpiresAt is zero never expires and has no entry.
 //
 // x/ is the status index: one entry per job, under its status code ('q',
 // 'f', 'c', 'x', as in records), newest first. It moves when the status
@@ -280,12 +289,15 @@
 //
 // # Migration
 //
-// A store of layout 4 (no deliveries counter) is migrated when it is
-// opened, before the writer starts: the r/ entries in state 'd' are
-// counted, reading no record, and the count and m/format 5 are written in
-// one synced batch. A crash before it commits leaves layout 4, and the
-// next open counts again. Nothing else differs: a layout 3 or 2 store is
-// migrated to 4 as below, then to 5.
+// A store of layout 4 (no w/, every expiry entry in e/, no deliveries
+// counter) is migrated when it is opened, before the writer starts: the
+// r/ and s/ entries, whose values hold each waiting job's expiry and id,
+// are read (no record is), each such job's expiry entry is moved from e/
+// to w/, in chunks of 4096 committed without a sync, and the r/ entries
+// in state 'd' are counted; the last batch writes the count and m/format
+// 5 with a sync. A crash part way leaves layout 4 with some entries
+// moved; the next open moves them again (harmless) and counts afresh. A
+// layout 3 or 2 store is migrated to 4 as below, then to 5.
 //
 // A store of layout 3 (ready-index keys without the priority byte, no s/
 // or d/) is migrated when it is opened, before the writer starts: every r/

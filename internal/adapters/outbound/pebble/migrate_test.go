@@ -441,7 +441,9 @@ func TestMigrateLayout3AfterACrash(t *testing.T) {
 }
 
 // TestMigrateLayout4: a store written by the layout 4 build opens and is
-// migrated to layout 5: the deliveries counter holds every pending
+// migrated to layout 5: the expiry entries of its waiting jobs (queued,
+// scheduled, in flight, delivering) are under w/ and the others still
+// under e/ (checkIndexes), and the deliveries counter holds every pending
 // delivery, the two expired ones included, so Counts (which leaves those
 // out) answers what the layout 4 build's Counts did, and keeps answering
 // right as deliveries finish and new ones start.
@@ -518,4 +520,44 @@ func counterValue(t *testing.T, s *Store, c counter) int64 {
 		t.Fatalf("counter %v = %x", c, v)
 	}
 	return n
+}
+
+// TestMigrateLayout4AfterACrash: a migration to layout 5 stopped part way
+// leaves layout 4 with some expiry entries moved to w/; the next open moves
+// the rest, counts the deliveries afresh and leaves every entry once.
+func TestMigrateLayout4AfterACrash(t *testing.T) {
+	dir := copyLayout4(t)
+	crash := errors.New("crash")
+	_, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 5,
+		migrateHook: func(done int) error {
+			if done == 15 {
+				return crash
+			}
+			return nil
+		}})
+	if !errors.Is(err, crash) {
+		t.Fatalf("open with a migration stopped part way = %v", err)
+	}
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV4 {
+		t.Fatalf("format after a stopped migration = %v, want layout 4", v)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: zapLogger{zaptestLogger(t)}, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(scanPrefix(t, db, prefixWait)); n != 15 {
+		t.Fatalf("the stopped migration moved %d expiry entries, want its first 3 chunks (15)", n)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkIndexes(t, s)
+	if c, err := s.Counts(t.Context()); err != nil || c != (ports.Counts{Queued: 12, InFlight: 6, Deliveries: 10}) {
+		t.Fatalf("Counts after the second migration = %+v, %v", c, err)
+	}
 }

@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -303,13 +304,22 @@ func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 		s.rbuf = readyValue(s.rbuf[:0], j)
 		w.set(s.kbuf, s.rbuf)
 	}
-	if old != nil && oldExp != 0 && oldExp != newExp {
-		s.kbuf = expiryKey(s.kbuf[:0], oldExp, j.ID)
-		w.del(s.kbuf)
+	// The expiry entry moves when the expiry does, and between w/ and e/
+	// when the job stops (or starts) waiting.
+	var oldKey []byte
+	if old != nil {
+		if k := jobExpiryKey(s.kbuf[:0], old); k != nil {
+			s.kbuf, oldKey = k, k
+		}
 	}
-	if newExp != 0 && (old == nil || oldExp != newExp) {
-		s.kbuf = expiryKey(s.kbuf[:0], newExp, j.ID)
-		w.set(s.kbuf, nil)
+	s.ebuf = jobExpiryKey(s.ebuf[:0], j)
+	if !bytes.Equal(oldKey, s.ebuf) {
+		if oldKey != nil {
+			w.del(oldKey)
+		}
+		if s.ebuf != nil {
+			w.set(s.ebuf, nil)
+		}
 	}
 	if (old != nil && (old.Scheduled() || waitsWithDeadline(old))) || j.Scheduled() || waitsWithDeadline(j) {
 		w.putSchedule(old, j)
@@ -374,8 +384,8 @@ func (w *wbatch) remove(j *domain.Job) {
 	if j.ReadyQueue != "" {
 		w.del(readyKey(w.s.kbuf[:0], j.ReadyQueue, j.Priority, j.ReadySeq))
 	}
-	if exp := storekit.Millis(j.ExpiresAt); exp != 0 {
-		w.del(expiryKey(w.s.kbuf[:0], exp, j.ID))
+	if k := jobExpiryKey(w.s.kbuf[:0], j); k != nil {
+		w.del(k)
 	}
 	if j.Scheduled() {
 		w.sdel(schedKey(w.s.kbuf[:0], storekit.Millis(j.NotBefore), j.Seq))
