@@ -263,11 +263,11 @@
 //
 // CountJobs with no filter, or with only a user (and its tenant), a tenant
 // or a destination, is four c/ point reads, less the jobs expired but not
-// purged yet: the e/ range up to now, whose records are read (without
+// purged yet: the e/ and w/ ranges up to now, whose records are read (without
 // bodies) to tell which of them the filter counts — as many as expire
 // between two purge sweeps. Any other filter is counted by walking the
 // cheapest of: the four x/ ranges from their summaries (index only, with
-// the expired jobs of the e/ range left out), an i/ range with a record
+// the expired jobs of the e/ and w/ ranges left out), an i/ range with a record
 // read per entry (the ids sorted in chunks of 4096, so the reads seek
 // forward through one iterator), or, for a q filter, every record in key
 // order (a full scan: q is the one filter no index serves).
