@@ -34,10 +34,10 @@ const (
 )
 
 // BacklogSizes returns the backlogs BenchBacklog compares: none and the
-// one BacklogEnv asks for, or nil when it is unset (skip). A bad value is
-// a test failure, not a silent skip.
-func BacklogSizes(tb testing.TB) []int {
-	v := os.Getenv(BacklogEnv)
+// one v (BacklogEnv's value, which the caller's test reads) asks for, or
+// nil when it is empty (skip). A bad value is a test failure, not a silent
+// skip.
+func BacklogSizes(tb testing.TB, v string) []int {
 	if v == "" {
 		return nil
 	}

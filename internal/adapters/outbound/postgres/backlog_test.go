@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/aquiferhq/aquifer/internal/storetest"
@@ -15,7 +16,7 @@ import (
 //
 //	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 5000x -count 1 .
 func BenchmarkBacklog(b *testing.B) {
-	sizes := storetest.BacklogSizes(b)
+	sizes := storetest.BacklogSizes(b, os.Getenv(storetest.BacklogEnv))
 	if sizes == nil {
 		b.Skipf("set %s to the number of jobs to queue", storetest.BacklogEnv)
 	}
