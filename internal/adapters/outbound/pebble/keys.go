@@ -93,7 +93,8 @@ func parseReadyKey(k []byte) (lane []byte, prio byte, readySeq int64, ok bool) {
 
 // readyLane reads the lane length of a ready-index key and where the lane
 // starts. What follows the lane tells the layouts apart: its ready seq
-// alone (8 bytes) in layout 3, a priority code and the seq (9) in layout 4.
+// alone (8 bytes) in layout 3, a priority code and the seq (9) from layout
+// 4 on.
 func readyLane(k []byte) (n uint64, start int, ok bool) {
 	if len(k) < len(prefixReady)+1+8 {
 		return 0, 0, false
