@@ -55,9 +55,16 @@
 //
 // Get, Lookup, ListReady, Position, ReadyQueues, Counts, NextDue and Overdue
 // read the database directly with point lookups and bounded iterators, never
-// through the writer. Position and Counts read only the ready and scheduled
-// indexes, never a record. ListReady reads one priority's range of its
-// lane; NextDue is the first s/ key; Overdue walks the d/ range up to now.
+// through the writer. Position reads only the ready index, never a record.
+// Counts reads three counters (c/ below) and the w/ range up to now, in
+// one snapshot: the counters count a job until it is purged, so the
+// waiting jobs that have expired are found there and their records read
+// (without bodies) to take them off. A waiting job expires only after a
+// day of waiting, so that range is nearly always empty, and the finished
+// jobs that expire by the thousand between two purge sweeps are in e/,
+// which Counts does not read: it costs a few point reads at any backlog. ListReady reads one
+// priority's range of its lane; NextDue is the first s/ key; Overdue walks
+// the d/ range up to now.
 // PromoteDue is a write: the writer reads the s/ range up to now through
 // the group's batch, so a job promoted earlier in the group is not found
 // again. The Seq hints
@@ -84,14 +91,16 @@
 //	r/<uvarint len(lane)><ready lane><prio:1><ready_seq:8> → <state:1><expires_at ms:8><job id>
 //	s/<not_before ms:8><seq:8>                       → <expires_at ms:8><job id>
 //	d/<deadline ms:8><seq:8>                         → <job id>
-//	e/<expires_at ms:8><job id>                      → empty
+//	e/<expires_at ms:8><job id>                      → empty (finished jobs)
+//	w/<expires_at ms:8><job id>                      → empty (waiting jobs)
 //	x/<status:1><^seq:8>                             → <summary><response status varint>
 //	i/<dim:1><uvarint len(value)><value><^seq:8>     → <job id, packed>
 //	c/<dim:1><uvarint len(value)><value><status:1>   → <count:8>
+//	c/*<0><'d'>                                      → <pending deliveries:8>
 //	o/<operation id>                                 → the bulk operation, JSON (its filter as storekit.EncodeFilter)
 //	p/<upstream>                                     → <paused at ms varint><reason>
 //	m/seq                                            → <highest seq or ready_seq ever assigned:8>
-//	m/format                                         → <layout version:1> (currently 4)
+//	m/format                                         → <layout version:1> (currently 5)
 //	m/probe                                          → <time of the latest write probe, ms:8> (never read)
 //
 // j/ holds one record per job for its whole lifecycle (request, result,
@@ -111,9 +120,9 @@
 // ReadySeq in all three. A job's priority never changes, and a result waits
 // for delivery under its job's priority in the receiver's lane. The state byte
 // is 'q' (queued for dispatch), 'f' (in flight: not waiting, skipped by
-// ListReady, Position and Counts) or 'd' (result waiting for webhook
-// delivery). The entry carries the job's expiry (0 for none) so Position and
-// Counts can leave out expired jobs without loading records. Every write
+// ListReady and Position) or 'd' (result waiting for webhook delivery).
+// The entry carries the job's expiry (0 for none) so Position can leave
+// out expired jobs without loading records. Every write
 // that changes a job's ready lane, ReadySeq, status or expiry rewrites its
 // entry in the same batch.
 //
@@ -121,8 +130,8 @@
 // queued, NotBefore set, no ready lane), ordered by (NotBefore, Seq), which
 // is the order PromoteDue promotes in; NextDue is its first key. A job
 // promoted, finished (a cancel), deleted or purged leaves it in the same
-// batch. The entry carries the job's expiry so Counts counts scheduled
-// jobs as queued without loading records.
+// batch. The entry carries the job's expiry (unexpired scheduled jobs
+// counted as queued from the s/ range before layout 5).
 //
 // d/ is the deadline index: one entry per unfinished job with a Deadline
 // (queued, scheduled or in flight), ordered by (Deadline, Seq). It is
@@ -131,14 +140,22 @@
 // Requeue touch nothing here, and Overdue skips it by its record. Retry
 // clears the deadline, so a retried job has none.
 //
-// e/ is the expiry index Purge walks in expiry order; the millisecond time has
-// its sign bit flipped so that negative times sort first (as in s/ and d/).
-// A job whose ExpiresAt is zero never expires and has no e/ entry.
+// e/ and w/ are the expiry indexes Purge walks in expiry order; the
+// millisecond time has its sign bit flipped so that negative times sort
+// first (as in s/ and d/). A job is in w/ while it waits — queued
+// (scheduled or not), in flight, or with its result waiting for delivery:
+// what Counts counts — and in e/ once it is finished with nothing left to
+// do. An entry moves when the job's expiry changes or when it stops (or
+// starts) waiting; those change together on every transition but
+// MarkInFlight and RecoverInFlight, which keep it waiting. A job whose
+// ExpiresAt is zero never expires and has no entry.
 //
 // x/ is the status index: one entry per job, under its status code ('q',
 // 'f', 'c', 'x', as in records), newest first. It moves when the status
 // changes and is rewritten when the response status does; nothing else
-// touches it. Its value, a summary, is <created_at ms varint>, the packed
+// touches it. Its 'f' range is also how ResetStale (every sweep) and
+// RecoverInFlight (at start) find the jobs in flight, stepping over no
+// waiting job. Its value, a summary, is <created_at ms varint>, the packed
 // job id, then user_id, upstream and pool id as length-prefixed strings:
 // every filter but q is decided from the entry, without loading the
 // record.
@@ -169,7 +186,11 @@
 // dimension. The writer sums a group's changes in memory and writes each
 // changed counter once per group, deleting those that reach zero, so a
 // count costs a few map updates per write and a point read and write per
-// counter per group, not per job.
+// counter per group, not per job. One more counter, overall only (dim '*',
+// empty value, code 'd', which no status has), counts the results waiting
+// for webhook delivery — the jobs whose ready-index entry is 'd', expired
+// ones included until purged — for Counts: the status counters give it
+// the queued (scheduled among them) and in-flight jobs.
 //
 // o/ holds the bulk operations (few: one per bulk action), p/ the paused
 // destinations in upstream order. RunBatch writes the jobs of a batch and
@@ -197,6 +218,21 @@
 // turns on the shared two-core machine), plain jobs cost the same within
 // the runs' spread: 27–34 µs of wall time and 22–35 µs of CPU per insert
 // either way, 73–170 µs and 61–104 µs per lifecycle.
+//
+// Layout 5 adds no key to any write: a job's expiry entry moves between w/
+// and e/ only in writes that already rewrote it (its expiry changes when it
+// finishes and when its delivery does), and the deliveries counter is one
+// more entry in the group's counter changes. BenchmarkBacklog
+// (AQUIFER_BACKLOG=1000000) measures the hot path for one destination
+// beside a million queued jobs of 1 KiB for another, the load gauge's
+// Counts running every second as in the daemon: on the shared two-core
+// machine Counts went from 0.5–0.7 s a call at a million jobs (a step
+// per ready-index entry, most of a core for the gauge alone) to 15–50 µs
+// at any backlog, inserts from 0.22–0.81 of the empty store's rate to
+// 0.79–1.5, lifecycles from 0.22–0.31 to 0.62–1.2 (the runs' spread on a
+// busy machine), and the process's peak RSS at a million from 142–151
+// MiB to 98–102 MiB (Counts no longer pulls the ready index through the
+// block cache).
 //
 // # Listing and counting
 //
@@ -242,11 +278,11 @@
 //
 // CountJobs with no filter, or with only a user (and its tenant), a tenant
 // or a destination, is four c/ point reads, less the jobs expired but not
-// purged yet: the e/ range up to now, whose records are read (without
+// purged yet: the e/ and w/ ranges up to now, whose records are read (without
 // bodies) to tell which of them the filter counts — as many as expire
 // between two purge sweeps. Any other filter is counted by walking the
 // cheapest of: the four x/ ranges from their summaries (index only, with
-// the expired jobs of the e/ range left out), an i/ range with a record
+// the expired jobs of the e/ and w/ ranges left out), an i/ range with a record
 // read per entry (the ids sorted in chunks of 4096, so the reads seek
 // forward through one iterator), or, for a q filter, every record in key
 // order (a full scan: q is the one filter no index serves).
@@ -267,6 +303,16 @@
 // A page deep in the listing (BeforeSeq) costs what the first does.
 //
 // # Migration
+//
+// A store of layout 4 (no w/, every expiry entry in e/, no deliveries
+// counter) is migrated when it is opened, before the writer starts: the
+// r/ and s/ entries, whose values hold each waiting job's expiry and id,
+// are read (no record is), each such job's expiry entry is moved from e/
+// to w/, in chunks of 4096 committed without a sync, and the r/ entries
+// in state 'd' are counted; the last batch writes the count and m/format
+// 5 with a sync. A crash part way leaves layout 4 with some entries
+// moved; the next open moves them again (harmless) and counts afresh. A
+// layout 3 or 2 store is migrated to 4 as below, then to 5.
 //
 // A store of layout 3 (ready-index keys without the priority byte, no s/
 // or d/) is migrated when it is opened, before the writer starts: every r/
@@ -324,6 +370,6 @@
 // so a decoder copies all of them with one string conversion and the bodies
 // separately, never holding a body twice. Times and durations have
 // millisecond precision, as in the sqlite store. Records of an unknown
-// version are refused, and so is a store whose m/format is not 4, 3 or 2
+// version are refused, and so is a store whose m/format is not 5, 4, 3 or 2
 // (1 was an unreleased development layout).
 package pebble

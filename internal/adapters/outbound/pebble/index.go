@@ -172,11 +172,37 @@ func dims(j *domain.Job, fn func(dim byte, value string)) {
 // dimensions. The changes are summed over the group and written once per
 // counter at its end (flushCounts).
 func (w *wbatch) count(j *domain.Job, st byte, d int64) {
+	w.add(counter{dimAll, "", st}, d)
+	dims(j, func(dim byte, value string) { w.add(counter{dim, value, st}, d) })
+}
+
+// add adds d to counter c in the group's count changes.
+func (w *wbatch) add(c counter, d int64) {
 	if w.counts == nil {
 		w.counts = make(map[counter]int64)
 	}
-	w.counts[counter{dimAll, "", st}] += d
-	dims(j, func(dim byte, value string) { w.counts[counter{dim, value, st}] += d })
+	w.counts[c] += d
+}
+
+// deliveries is the counter of jobs whose result waits for webhook
+// delivery (delivering), expired ones included until purged, as the
+// status counters are. It exists overall only (no dimension), for Counts.
+var deliveries = counter{dimAll, "", stDeliver}
+
+// delivering reports whether j's result waits for webhook delivery: it is
+// finished and still in a lane, which its ready-index entry records as
+// stDeliver.
+func delivering(j *domain.Job) bool { return j.ReadyQueue != "" && j.Status.Terminal() }
+
+// countDelivery keeps the deliveries counter as j replaces old (nil for a
+// new job).
+func (w *wbatch) countDelivery(old, j *domain.Job) {
+	switch was, is := old != nil && delivering(old), delivering(j); {
+	case is && !was:
+		w.add(deliveries, 1)
+	case was && !is:
+		w.add(deliveries, -1)
+	}
 }
 
 // putIndexes writes the x/ and i/ entries and counts of j, a new job when

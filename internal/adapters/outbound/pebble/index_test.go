@@ -35,8 +35,8 @@ func scanPrefix(t *testing.T, r reader, prefix []byte) map[string]string {
 	return out
 }
 
-// checkIndexes rebuilds the r/, s/, d/, x/, i/ and c/ entries the records
-// call for and compares them, byte for byte, with the stored ones.
+// checkIndexes rebuilds the r/, s/, d/, e/, w/, x/, i/ and c/ entries (the
+// deliveries counter among them) the records call for and compares them, byte for byte, with the stored ones.
 func checkIndexes(t *testing.T, s *Store) {
 	t.Helper()
 	s.dbMu.RLock()
@@ -45,6 +45,7 @@ func checkIndexes(t *testing.T, s *Store) {
 	defer snap.Close()
 	wantX, wantI, wantC := map[string]string{}, map[string]string{}, map[string]string{}
 	wantR, wantS, wantD := map[string]string{}, map[string]string{}, map[string]string{}
+	wantE, wantW := map[string]string{}, map[string]string{}
 	counts := map[counter]int64{}
 	for _, v := range scanPrefix(t, snap, prefixJob) {
 		j, err := decodeJob([]byte(v))
@@ -60,6 +61,11 @@ func checkIndexes(t *testing.T, s *Store) {
 		if waitsWithDeadline(j) {
 			wantD[string(dueKey(nil, storekit.Millis(j.Deadline), j.Seq))] = string(j.ID)
 		}
+		if ms := storekit.Millis(j.ExpiresAt); ms != 0 && waiting(j) {
+			wantW[string(expiryKeyIn(nil, prefixWait, ms, j.ID))] = ""
+		} else if ms != 0 {
+			wantE[string(expiryKey(nil, ms, j.ID))] = ""
+		}
 		st := statusCode(j.Status)
 		wantX[string(statusKey(nil, st, j.Seq))] = string(appendStatusValue(nil, j))
 		sum := string(appendID(nil, j.ID))
@@ -68,6 +74,9 @@ func checkIndexes(t *testing.T, s *Store) {
 			counts[counter{dim, value, st}]++
 		})
 		counts[counter{dimAll, "", st}]++
+		if delivering(j) {
+			counts[deliveries]++
+		}
 	}
 	for c, n := range counts {
 		wantC[string(countKey(nil, c.dim, c.value, c.st))] = string(countValue(n))
@@ -77,7 +86,8 @@ func checkIndexes(t *testing.T, s *Store) {
 		prefix []byte
 		want   map[string]string
 	}{{"x/", prefixStatus, wantX}, {"i/", prefixIndex, wantI}, {"c/", prefixCount, wantC},
-		{"r/", prefixReady, wantR}, {"s/", prefixSched, wantS}, {"d/", prefixDue, wantD}} {
+		{"r/", prefixReady, wantR}, {"s/", prefixSched, wantS}, {"d/", prefixDue, wantD},
+		{"e/", prefixExpiry, wantE}, {"w/", prefixWait, wantW}} {
 		got := scanPrefix(t, snap, x.prefix)
 		for k, v := range x.want {
 			if g, ok := got[k]; !ok || g != v {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/storekit"
 )
 
 // Key prefixes; see the package documentation for the layout.
@@ -13,7 +14,8 @@ var (
 	prefixReady  = []byte("r/")
 	prefixSched  = []byte("s/") // scheduled jobs by (not_before, seq)
 	prefixDue    = []byte("d/") // waiting jobs with a deadline, by (deadline, seq)
-	prefixExpiry = []byte("e/")
+	prefixExpiry = []byte("e/") // finished jobs by expiry (a delivery pending excepted)
+	prefixWait   = []byte("w/") // waiting jobs by expiry: what Counts counts (layout 5)
 	prefixStatus = []byte("x/") // jobs by status, newest first
 	prefixIndex  = []byte("i/") // jobs by user, destination or tenant, newest first
 	prefixCount  = []byte("c/") // job counts per status, overall and per user, destination or tenant
@@ -31,8 +33,11 @@ var (
 // version 2 store is migrated when it is opened (migrate). Version 3 had
 // no priority in the ready-index keys and no s/ or d/ index; it is
 // migrated too (migrate3), a version 2 store first to 3 and then to 4.
+// Version 4 had no count of pending deliveries (c/ under stDeliver), which
+// Counts reads; it is migrated by counting them (migrate4).
 const (
-	layoutVersion   = 4
+	layoutVersion   = 5
+	layoutVersionV4 = 4
 	layoutVersionV3 = 3
 	layoutVersionV2 = 2
 )
@@ -88,7 +93,8 @@ func parseReadyKey(k []byte) (lane []byte, prio byte, readySeq int64, ok bool) {
 
 // readyLane reads the lane length of a ready-index key and where the lane
 // starts. What follows the lane tells the layouts apart: its ready seq
-// alone (8 bytes) in layout 3, a priority code and the seq (9) in layout 4.
+// alone (8 bytes) in layout 3, a priority code and the seq (9) from layout
+// 4 on.
 func readyLane(k []byte) (n uint64, start int, ok bool) {
 	if len(k) < len(prefixReady)+1+8 {
 		return 0, 0, false
@@ -125,9 +131,38 @@ func parseTimeSeqKey(k []byte) (ms, seq int64, ok bool) {
 // expiryKey is the e/ key of a job expiring at expiresMS (never 0: jobs
 // without expiry have no entry).
 func expiryKey(b []byte, expiresMS int64, id domain.JobID) []byte {
-	return append(timeKey(append(b, prefixExpiry...), expiresMS), id...)
+	return expiryKeyIn(b, prefixExpiry, expiresMS, id)
 }
 
+// expiryKeyIn is expiryKey under prefix: e/ or w/.
+func expiryKeyIn(b, prefix []byte, expiresMS int64, id domain.JobID) []byte {
+	return append(timeKey(append(b, prefix...), expiresMS), id...)
+}
+
+// waiting reports whether Counts counts j: it waits for dispatch (queued,
+// scheduled or not), is in flight, or its result waits for delivery.
+func waiting(j *domain.Job) bool { return !j.Status.Terminal() || delivering(j) }
+
+// expiryPrefixOf is the expiry index j's entry belongs in: w/ while it is
+// waiting, e/ otherwise.
+func expiryPrefixOf(j *domain.Job) []byte {
+	if waiting(j) {
+		return prefixWait
+	}
+	return prefixExpiry
+}
+
+// jobExpiryKey is j's entry in the expiry indexes, nil when it never
+// expires.
+func jobExpiryKey(b []byte, j *domain.Job) []byte {
+	ms := storekit.Millis(j.ExpiresAt)
+	if ms == 0 {
+		return nil
+	}
+	return expiryKeyIn(b, expiryPrefixOf(j), ms, j.ID)
+}
+
+// parseExpiryKey splits an e/ or w/ key.
 func parseExpiryKey(k []byte) (expiresMS int64, id domain.JobID, ok bool) {
 	if len(k) < len(prefixExpiry)+8 {
 		return 0, "", false

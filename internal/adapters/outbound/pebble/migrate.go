@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -139,6 +140,82 @@ func (s *Store) migrate3() error {
 	if err := it.Error(); err != nil {
 		return err
 	}
+	w.set(keyFormat, []byte{layoutVersionV4})
+	if w.err != nil {
+		return w.err
+	}
+	if err := w.b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	_ = w.b.Close()
+	s.log.Info("pebble store migrated to layout 4 (layout 5 next)", zap.Int("ready entries", done), zap.Int("skipped", skipped),
+		zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+// migrate4 brings a layout 4 store to layout 5 before the writer starts:
+// the expiry entries of waiting jobs (every job with a ready-index or s/
+// entry, whose values hold its expiry and id) move from e/ to w/, and the
+// ready-index entries of results waiting for delivery (stDeliver, expired
+// ones included, as every counter counts them until they are purged) are
+// counted into the deliveries counter. It reads no record. The moves
+// commit in chunks without a sync, and the last batch, with the counter
+// and m/format 5, with one. A crash part way leaves layout 4 with some
+// entries moved; the next open moves them again (deleting an e/ entry
+// that is gone and setting a w/ one that is there change nothing) and
+// counts afresh: the count is written whole, not added.
+func (s *Store) migrate4() error {
+	start := time.Now()
+	db := s.db
+	w := &wbatch{b: db.NewBatch(), s: s}
+	var moved int
+	var delivering int64
+	for _, prefix := range [][]byte{prefixReady, prefixSched} {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			var exp int64
+			var id []byte
+			var valid bool
+			if prefix[0] == prefixReady[0] {
+				var state byte
+				state, exp, id, valid = parseReady(it.Value())
+				if valid && state == stDeliver {
+					delivering++
+				}
+			} else {
+				exp, id, valid = parseSched(it.Value())
+			}
+			if !valid {
+				// Unreadable already (ListReady and PromoteDue skip or
+				// refuse it); left alone rather than keeping the store shut.
+				s.log.Warn("pebble migration: skipping a corrupt index entry", zap.ByteString("key", it.Key()))
+				continue
+			}
+			if exp == 0 {
+				continue
+			}
+			w.del(expiryKey(s.kbuf[:0], exp, domain.JobID(id)))
+			w.set(expiryKeyIn(s.kbuf[:0], prefixWait, exp, domain.JobID(id)), nil)
+			if moved++; moved%s.opts.migrateChunk == 0 {
+				if err := s.commitChunk(w, moved); err != nil {
+					return errors.Join(err, it.Close())
+				}
+				w.b = db.NewBatch()
+			}
+		}
+		if err := errors.Join(it.Error(), it.Close()); err != nil {
+			return err
+		}
+	}
+	k := countKey(nil, deliveries.dim, deliveries.value, deliveries.st)
+	if delivering == 0 {
+		w.del(k)
+	} else {
+		w.set(k, countValue(delivering))
+	}
 	w.set(keyFormat, []byte{layoutVersion})
 	if w.err != nil {
 		return w.err
@@ -147,7 +224,7 @@ func (s *Store) migrate3() error {
 		return err
 	}
 	_ = w.b.Close()
-	s.log.Info("pebble store migrated to layout 4", zap.Int("ready entries", done), zap.Int("skipped", skipped),
+	s.log.Info("pebble store migrated to layout 5", zap.Int("expiry entries moved", moved), zap.Int64("deliveries", delivering),
 		zap.Duration("took", time.Since(start)))
 	return nil
 }

@@ -26,6 +26,9 @@ func copyLayout2(t *testing.T) string { return copyFixture(t, "testdata/layout2"
 // copyLayout3 does the same with the layout 3 fixture (testdata/genlayout3).
 func copyLayout3(t *testing.T) string { return copyFixture(t, "testdata/layout3") }
 
+// copyLayout4 does the same with the layout 4 fixture (testdata/genlayout4).
+func copyLayout4(t *testing.T) string { return copyFixture(t, "testdata/layout4") }
+
 func copyFixture(t *testing.T, from string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -174,7 +177,7 @@ func TestMigrateLayout2(t *testing.T) {
 		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
 	}
 	s, err = Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t),
-		migrateHook: func(int) error { return errors.New("a layout 4 store was migrated again") }, migrateChunk: 1})
+		migrateHook: func(int) error { return errors.New("a migrated store was migrated again") }, migrateChunk: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +402,7 @@ func TestMigrateLayout3(t *testing.T) {
 		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
 	}
 	s, err = Open(ctx, Options{Dir: dir, Logger: zaptestLogger(t),
-		migrateHook: func(int) error { return errors.New("a layout 4 store was migrated again") }, migrateChunk: 1})
+		migrateHook: func(int) error { return errors.New("a migrated store was migrated again") }, migrateChunk: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,6 +430,128 @@ func TestMigrateLayout3AfterACrash(t *testing.T) {
 		t.Fatalf("format after a stopped migration = %v, want layout 3", v)
 	}
 	s, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkIndexes(t, s)
+	if c, err := s.Counts(t.Context()); err != nil || c != (ports.Counts{Queued: 12, InFlight: 6, Deliveries: 10}) {
+		t.Fatalf("Counts after the second migration = %+v, %v", c, err)
+	}
+}
+
+// TestMigrateLayout4: a store written by the layout 4 build opens and is
+// migrated to layout 5: the expiry entries of its waiting jobs (queued,
+// scheduled, in flight, delivering) are under w/ and the others still
+// under e/ (checkIndexes), and the deliveries counter holds every pending
+// delivery, the two expired ones included, so Counts (which leaves those
+// out) answers what the layout 4 build's Counts did, and keeps answering
+// right as deliveries finish and new ones start.
+func TestMigrateLayout4(t *testing.T) {
+	dir := copyLayout4(t)
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV4 {
+		t.Fatalf("fixture has format %v, want layout 4", v)
+	}
+	s, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t)})
+	if err != nil {
+		t.Fatalf("open a layout 4 store: %v", err)
+	}
+	ctx := t.Context()
+	checkIndexes(t, s) // the deliveries counter among them
+	if n := counterValue(t, s, deliveries); n != 12 {
+		t.Fatalf("deliveries counter after migrating = %d, want 12 (10 live, 2 expired)", n)
+	}
+	// What genlayout4 printed, from the layout 4 build's Counts.
+	want := ports.Counts{Queued: 12, InFlight: 6, Deliveries: 10}
+	if c, err := s.Counts(ctx); err != nil || c != want {
+		t.Fatalf("Counts after migrating = %+v, %v; want %+v", c, err, want)
+	}
+	counts, err := s.CountJobs(ctx, &ports.CountJobsParams{Now: time.Now()})
+	wantJobs := map[domain.Status]int64{domain.StatusQueued: 12, domain.StatusInFlight: 6, domain.StatusCompleted: 10, domain.StatusFailed: 12}
+	if err != nil || fmt.Sprint(counts) != fmt.Sprint(wantJobs) {
+		t.Fatalf("CountJobs after migrating = %v, %v; want %v", counts, err, wantJobs)
+	}
+	// A migrated delivery finishes; a new job's starts.
+	page, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: "hooks.test:80", Priority: domain.PriorityHigh, Limit: 1, Now: time.Now()})
+	if err != nil || len(page) != 1 {
+		t.Fatalf("ListReady(hooks.test:80) = %v, %v", page, err)
+	}
+	if err := s.FinishDelivery(ctx, &ports.FinishDeliveryParams{ID: page[0].ID, Delivered: true, Attempts: 1, Response: 204, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	j := domain.NewJob(domain.NewIDGenerator(nil).New(), &domain.JobRequest{UserID: "alice", IdempotentKey: "new", Method: "GET",
+		URL: "http://a.test/new", WebhookURL: "http://hooks.test/h"}, "a.test:80", time.Now())
+	if _, _, err := s.Insert(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Attempts: 1, Now: time.Now(), DeliverIn: "hooks.test:80"}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Counts(ctx); err != nil || c != want {
+		t.Fatalf("Counts after one delivery finished and one started = %+v, %v; want %+v", c, err, want)
+	}
+	checkIndexes(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersion {
+		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
+	}
+	s, err = Open(ctx, Options{Dir: dir, Logger: zaptestLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if c, err := s.Counts(ctx); err != nil || c != want {
+		t.Fatalf("Counts after reopening = %+v, %v; want %+v", c, err, want)
+	}
+	checkIndexes(t, s)
+}
+
+// counterValue reads one c/ counter of an open store.
+func counterValue(t *testing.T, s *Store, c counter) int64 {
+	t.Helper()
+	v, err := get(s.db, countKey(nil, c.dim, c.value, c.st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, ok := parseCount(v)
+	if !ok {
+		t.Fatalf("counter %v = %x", c, v)
+	}
+	return n
+}
+
+// TestMigrateLayout4AfterACrash: a migration to layout 5 stopped part way
+// leaves layout 4 with some expiry entries moved to w/; the next open moves
+// the rest, counts the deliveries afresh and leaves every entry once.
+func TestMigrateLayout4AfterACrash(t *testing.T) {
+	dir := copyLayout4(t)
+	crash := errors.New("crash")
+	_, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 5,
+		migrateHook: func(done int) error {
+			if done == 15 {
+				return crash
+			}
+			return nil
+		}})
+	if !errors.Is(err, crash) {
+		t.Fatalf("open with a migration stopped part way = %v", err)
+	}
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV4 {
+		t.Fatalf("format after a stopped migration = %v, want layout 4", v)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: zapLogger{zaptestLogger(t)}, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(scanPrefix(t, db, prefixWait)); n != 15 {
+		t.Fatalf("the stopped migration moved %d expiry entries, want its first 3 chunks (15)", n)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -437,7 +438,7 @@ func (q *query) countByCounters(r reader, d dimRef, p *ports.CountJobsParams) ([
 	if err != nil {
 		return c, err
 	}
-	err = expired(r, p, func(j *domain.Job) {
+	err = expired(r, p.Now, expiryPrefixes, func(j *domain.Job) {
 		if q.f.MatchesIgnoringStatus(j) {
 			c[statusSlot(statusCode(j.Status))]--
 		}
@@ -465,7 +466,7 @@ func (q *query) countByScan(r reader, p *ports.CountJobsParams) ([4]int64, error
 func (q *query) countStatusRanges(r reader, p *ports.CountJobsParams) ([4]int64, error) {
 	var c [4]int64
 	gone := map[string]bool{}
-	if err := expired(r, p, func(j *domain.Job) { gone[string(j.ID)] = true }); err != nil {
+	if err := expired(r, p.Now, expiryPrefixes, func(j *domain.Job) { gone[string(j.ID)] = true }); err != nil {
 		return c, err
 	}
 	ss, err := openStreams(r, q, dimRef{}, 0)
@@ -560,29 +561,39 @@ func (q *query) countRecords(r reader, p *ports.CountJobsParams) ([4]int64, erro
 	return c, errors.Join(it.Error(), it.Close())
 }
 
-// expired calls fn with every job that the expiry index says has expired
-// at p.Now and that is still stored (not purged yet), read without bodies.
-func expired(r reader, p *ports.CountJobsParams, fn func(*domain.Job)) error {
-	upper := expiryKey(nil, storekit.Millis(p.Now)+1, "")
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefixExpiry, UpperBound: upper})
-	if err != nil {
-		return err
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		exp, id, ok := parseExpiryKey(it.Key())
-		if !ok {
-			continue
-		}
-		j, err := loadMeta(r, jobKey(nil, id))
+// expiryPrefixes are both expiry indexes: finished jobs (e/) and waiting
+// ones (w/).
+var expiryPrefixes = [][]byte{prefixExpiry, prefixWait}
+
+// expired calls fn with every job that the expiry indexes under prefixes
+// say has expired at now and that is still stored (not purged yet), read
+// without bodies.
+func expired(r reader, now time.Time, prefixes [][]byte, fn func(*domain.Job)) error {
+	for _, prefix := range prefixes {
+		upper := expiryKeyIn(nil, prefix, storekit.Millis(now)+1, "")
+		it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
 		if err != nil {
-			return errors.Join(err, it.Close())
+			return err
 		}
-		// An entry whose job moved on is stale (Purge drops those).
-		if j != nil && storekit.Millis(j.ExpiresAt) == exp && j.Expired(p.Now) {
-			fn(j)
+		for ok := it.First(); ok; ok = it.Next() {
+			exp, id, ok := parseExpiryKey(it.Key())
+			if !ok {
+				continue
+			}
+			j, err := loadMeta(r, jobKey(nil, id))
+			if err != nil {
+				return errors.Join(err, it.Close())
+			}
+			// An entry whose job moved on is stale (Purge drops those).
+			if j != nil && storekit.Millis(j.ExpiresAt) == exp && bytes.Equal(expiryPrefixOf(j), prefix) && j.Expired(now) {
+				fn(j)
+			}
+		}
+		if err := errors.Join(it.Error(), it.Close()); err != nil {
+			return err
 		}
 	}
-	return errors.Join(it.Error(), it.Close())
+	return nil
 }
 
 // loadMeta reads the record at key k without its bodies (decodeMeta); nil

@@ -95,6 +95,8 @@ type Store struct {
 	// Owned by the writer goroutine.
 	seq        int64     // the counter for seq and ready_seq: the highest assigned
 	kbuf       []byte    // scratch for keys
+	lbuf       []byte    // scratch for the record keys of loads (wbatch.load)
+	ebuf       []byte    // scratch for expiry keys
 	vbuf       []byte    // scratch for records
 	rbuf       []byte    // scratch for ready-index values
 	sbuf       []byte    // scratch for x/ and i/ values
@@ -208,18 +210,23 @@ func (s *Store) init() error {
 		if err := s.db.Set(keyFormat, []byte{layoutVersion}, pebble.Sync); err != nil {
 			return fmt.Errorf("initialise %s: %w", s.opts.Dir, err)
 		}
-	case len(v) == 1 && (v[0] == layoutVersionV2 || v[0] == layoutVersionV3):
+	case len(v) == 1 && (v[0] == layoutVersionV2 || v[0] == layoutVersionV3 || v[0] == layoutVersionV4):
 		if v[0] == layoutVersionV2 {
 			if err := s.migrate(); err != nil {
 				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV2, layoutVersionV3, err)
 			}
 		}
-		if err := s.migrate3(); err != nil {
-			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV3, layoutVersion, err)
+		if v[0] <= layoutVersionV3 {
+			if err := s.migrate3(); err != nil {
+				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV3, layoutVersionV4, err)
+			}
+		}
+		if err := s.migrate4(); err != nil {
+			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV4, layoutVersion, err)
 		}
 	case len(v) != 1 || v[0] != layoutVersion:
-		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d and %d (downgrades are not supported)",
-			s.opts.Dir, v, layoutVersion, layoutVersionV2, layoutVersionV3)
+		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d, %d and %d (downgrades are not supported)",
+			s.opts.Dir, v, layoutVersion, layoutVersionV2, layoutVersionV3, layoutVersionV4)
 	}
 	if v, err = get(s.db, keySeq); err != nil {
 		return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, err)
@@ -266,8 +273,8 @@ func (s *Store) Close() error {
 }
 
 // ResetStale implements ports.JobStore. Candidates are found by a read of the
-// ready index; the writer then resets each one only if it is still in flight
-// since before the cut-off.
+// status index's in-flight range (inFlight); the writer then resets each one
+// only if it is still in flight since before the cut-off.
 func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*domain.Job, error) {
 	var candidates []*domain.Job
 	err := s.read(func() error {
@@ -295,23 +302,29 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 	return s.w.ResetStale(ctx, candidates, p)
 }
 
-// Purge implements ports.JobStore. Expired jobs are found in the expiry index
-// and deleted by the writer, which re-checks each one's expiry.
+// Purge implements ports.JobStore. Expired jobs are found in the expiry
+// indexes (finished jobs first, then waiting ones) and deleted by the
+// writer, which re-checks each one's expiry.
 func (s *Store) Purge(ctx context.Context, p *ports.PurgeParams) (int, error) {
 	if p.Limit <= 0 {
 		return 0, nil
 	}
 	var keys [][]byte
 	err := s.read(func() error {
-		upper := expiryKey(nil, storekit.Millis(p.Now)+1, "") // expires_at <= now
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixExpiry, UpperBound: upper})
-		if err != nil {
-			return err
+		for _, prefix := range [][]byte{prefixExpiry, prefixWait} {
+			upper := expiryKeyIn(nil, prefix, storekit.Millis(p.Now)+1, "") // expires_at <= now
+			it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+			if err != nil {
+				return err
+			}
+			for ok := it.First(); ok && len(keys) < p.Limit; ok = it.Next() {
+				keys = append(keys, append([]byte(nil), it.Key()...))
+			}
+			if err := errors.Join(it.Error(), it.Close()); err != nil {
+				return err
+			}
 		}
-		for ok := it.First(); ok && len(keys) < p.Limit; ok = it.Next() {
-			keys = append(keys, append([]byte(nil), it.Key()...))
-		}
-		return errors.Join(it.Error(), it.Close())
+		return nil
 	})
 	if err != nil {
 		return 0, wrapRead("find expired jobs", err)
@@ -546,42 +559,45 @@ func (s *Store) ReadyQueues(context.Context) ([]domain.QueueKey, error) {
 	return lanes, nil
 }
 
-// Counts implements ports.JobStore from the ready index and the s/ index
-// (scheduled jobs count as queued), reading no record.
+// Counts implements ports.JobStore from the counters, in one snapshot:
+// the stored jobs queued (scheduled ones among them) and in flight (c/
+// overall, by status) and the results waiting for delivery (the deliveries
+// counter), less the jobs among them that have expired but are not purged
+// yet. Those are found in the w/ range up to now — the expiry index of
+// waiting jobs only, so the finished jobs expiring by the thousand between
+// two purge sweeps are not stepped over — and their records read without
+// bodies. A waiting job expires after a day of waiting, so that range is
+// nearly always empty: Counts costs a few point reads however many jobs
+// wait, where counting the ready index cost a step per waiting job.
 func (s *Store) Counts(context.Context) (ports.Counts, error) {
 	var c ports.Counts
 	err := s.read(func() error {
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
+		snap := s.db.NewSnapshot()
+		defer snap.Close()
+		all, err := readCounts(snap, dimRef{dimAll, ""})
 		if err != nil {
 			return err
 		}
-		now := storekit.Millis(time.Now())
-		for ok := it.First(); ok; ok = it.Next() {
-			state, exp, _, ok := parseReady(it.Value())
-			if !ok || !liveAt(exp, now) {
-				continue
-			}
-			switch state {
-			case stQueued:
-				c.Queued++
-			case stInFlight:
-				c.InFlight++
-			case stDeliver:
-				c.Deliveries++
-			}
-		}
-		if err := errors.Join(it.Error(), it.Close()); err != nil {
+		k := countKey(nil, deliveries.dim, deliveries.value, deliveries.st)
+		v, err := get(snap, k)
+		if err != nil {
 			return err
 		}
-		if it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: prefixSched, UpperBound: prefixEnd(prefixSched)}); err != nil {
-			return err
+		n, ok := parseCount(v)
+		if !ok {
+			return errCorruptCount
 		}
-		for ok := it.First(); ok; ok = it.Next() {
-			if exp, _, ok := parseSched(it.Value()); ok && liveAt(exp, now) {
-				c.Queued++
+		c = ports.Counts{Queued: all[statusSlot(stQueued)], InFlight: all[statusSlot(stInFlight)], Deliveries: n}
+		return expired(snap, time.Now(), [][]byte{prefixWait}, func(j *domain.Job) {
+			switch {
+			case j.Status == domain.StatusQueued:
+				c.Queued--
+			case j.Status == domain.StatusInFlight:
+				c.InFlight--
+			case delivering(j):
+				c.Deliveries--
 			}
-		}
-		return errors.Join(it.Error(), it.Close())
+		})
 	})
 	if err != nil {
 		return ports.Counts{}, wrapRead("count jobs", err)
@@ -702,7 +718,12 @@ func get(g getter, key []byte) ([]byte, error) {
 
 // loadJob reads the job's record; nil if there is none.
 func loadJob(g getter, id domain.JobID) (*domain.Job, error) {
-	v, closer, err := g.Get(jobKey(nil, id))
+	return loadJobAt(g, jobKey(nil, id), id)
+}
+
+// loadJobAt is loadJob with the record's key, key, already built.
+func loadJobAt(g getter, key []byte, id domain.JobID) (*domain.Job, error) {
+	v, closer, err := g.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -719,17 +740,23 @@ func loadJob(g getter, id domain.JobID) (*domain.Job, error) {
 	return j, errors.Join(err, closer.Close())
 }
 
-// inFlight returns the ids of the jobs the ready index records as in flight.
+// inFlight returns the ids of the jobs in flight, from the x/ range of
+// that status: as many entries as jobs in flight (a lane's concurrency),
+// where the ready index holds every waiting job too. Callers read each
+// record and check its status.
 func inFlight(r reader) ([]domain.JobID, error) {
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefixReady, UpperBound: prefixEnd(prefixReady)})
+	p := statusPrefix(nil, stInFlight)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
 		return nil, err
 	}
 	var ids []domain.JobID
+	var sum summary
 	for ok := it.First(); ok; ok = it.Next() {
-		if state, _, id, ok := parseReady(it.Value()); ok && state == stInFlight {
-			ids = append(ids, domain.JobID(id))
+		if !sum.parse(it.Value()) {
+			return nil, errors.Join(errCorruptIndex, it.Close())
 		}
+		ids = append(ids, domain.JobID(sum.id))
 	}
 	return ids, errors.Join(it.Error(), it.Close())
 }

@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -270,7 +271,11 @@ func (w *wbatch) fail(err error) {
 }
 
 // load reads the job's record as the group sees it; nil if there is none.
-func (w *wbatch) load(id domain.JobID) (*domain.Job, error) { return loadJob(w.b, id) }
+// The key is built in the writer's scratch: most ops load one record.
+func (w *wbatch) load(id domain.JobID) (*domain.Job, error) {
+	w.s.lbuf = jobKey(w.s.lbuf[:0], id)
+	return loadJobAt(w.b, w.s.lbuf, id)
+}
 
 // put writes j's record, encoded as rec, and every index entry that differs
 // from old's (old is nil for a new job). Callers encode first, so an encoding
@@ -299,17 +304,27 @@ func (w *wbatch) put(old, j *domain.Job, rec []byte) {
 		s.rbuf = readyValue(s.rbuf[:0], j)
 		w.set(s.kbuf, s.rbuf)
 	}
-	if old != nil && oldExp != 0 && oldExp != newExp {
-		s.kbuf = expiryKey(s.kbuf[:0], oldExp, j.ID)
-		w.del(s.kbuf)
+	// The expiry entry moves when the expiry does, and between w/ and e/
+	// when the job stops (or starts) waiting.
+	var oldKey []byte
+	if old != nil {
+		if k := jobExpiryKey(s.kbuf[:0], old); k != nil {
+			s.kbuf, oldKey = k, k
+		}
 	}
-	if newExp != 0 && (old == nil || oldExp != newExp) {
-		s.kbuf = expiryKey(s.kbuf[:0], newExp, j.ID)
-		w.set(s.kbuf, nil)
+	s.ebuf = jobExpiryKey(s.ebuf[:0], j)
+	if !bytes.Equal(oldKey, s.ebuf) {
+		if oldKey != nil {
+			w.del(oldKey)
+		}
+		if s.ebuf != nil {
+			w.set(s.ebuf, nil)
+		}
 	}
 	if (old != nil && (old.Scheduled() || waitsWithDeadline(old))) || j.Scheduled() || waitsWithDeadline(j) {
 		w.putSchedule(old, j)
 	}
+	w.countDelivery(old, j)
 	w.putIndexes(old, j)
 }
 
@@ -369,14 +384,17 @@ func (w *wbatch) remove(j *domain.Job) {
 	if j.ReadyQueue != "" {
 		w.del(readyKey(w.s.kbuf[:0], j.ReadyQueue, j.Priority, j.ReadySeq))
 	}
-	if exp := storekit.Millis(j.ExpiresAt); exp != 0 {
-		w.del(expiryKey(w.s.kbuf[:0], exp, j.ID))
+	if k := jobExpiryKey(w.s.kbuf[:0], j); k != nil {
+		w.del(k)
 	}
 	if j.Scheduled() {
 		w.sdel(schedKey(w.s.kbuf[:0], storekit.Millis(j.NotBefore), j.Seq))
 	}
 	if waitsWithDeadline(j) {
 		w.sdel(dueKey(w.s.kbuf[:0], storekit.Millis(j.Deadline), j.Seq))
+	}
+	if delivering(j) {
+		w.add(deliveries, -1)
 	}
 	w.removeIndexes(j)
 }

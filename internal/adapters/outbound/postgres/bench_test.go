@@ -3,8 +3,10 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,16 +44,37 @@ func BenchmarkInsertParallel(b *testing.B) {
 
 // BenchmarkLifecycle runs the store side of one job with a webhook: insert,
 // finish (the delivery becomes due), finish the delivery.
-func BenchmarkLifecycle(b *testing.B) {
+func BenchmarkLifecycle(b *testing.B) { benchLifecycle(b, nil) }
+
+// BenchmarkLifecycleBody1KiB is BenchmarkLifecycle with a request body of
+// 1 KiB (storetest.BacklogJob's), and marks the job in flight as the
+// dispatcher does: what each of the job's row versions costs when the row
+// holds its body.
+func BenchmarkLifecycleBody1KiB(b *testing.B) {
+	body := storetest.BacklogJob("x", rand.New(rand.NewPCG(1, 2))).Body
+	benchLifecycle(b, body)
+}
+
+func benchLifecycle(b *testing.B, body []byte) {
 	s := openStore(b, newSchema(b), "bench:1", quiet)
 	var n atomic.Int64
 	b.SetParallelism(32)
 	b.ResetTimer()
+	cpu, server := storetest.CPUTime(), postgresCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			j, _, err := s.Insert(b.Context(), storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80"))
+			j := storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80")
+			if body != nil {
+				j.Body = body
+			}
+			j, _, err := s.Insert(b.Context(), j)
 			if err != nil {
 				b.Fatal(err)
+			}
+			if body != nil {
+				if err := s.MarkInFlight(b.Context(), &ports.MarkInFlightParams{ID: j.ID, Seq: j.Seq, At: time.Now()}); err != nil {
+					b.Fatal(err)
+				}
 			}
 			res := &domain.Result{ResponseStatus: 200, Body: []byte(`{"ok":true}`)}
 			if _, err := s.Finish(b.Context(), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusCompleted, Attempts: 1,
@@ -67,6 +90,51 @@ func BenchmarkLifecycle(b *testing.B) {
 	b.StopTimer()
 	st := s.Stats()
 	b.ReportMetric(float64(st.Ops)/float64(max(st.Commits, 1)), "ops/commit")
+	if now := storetest.CPUTime(); cpu >= 0 && now >= 0 {
+		b.ReportMetric(float64((now-cpu).Microseconds())/float64(b.N), "client-cpu-µs/op")
+	}
+	if now := postgresCPU(); server >= 0 && now >= 0 {
+		b.ReportMetric(float64((now-server).Microseconds())/float64(b.N), "server-cpu-µs/op")
+	}
+}
+
+// postgresCPU is the CPU time every process named postgres on this
+// machine has used so far (the test server's backends, and whatever else
+// uses that server meanwhile), from /proc; -1 where there is none.
+func postgresCPU() time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return -1
+	}
+	var ticks int64
+	found := false
+	for _, d := range dirs {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime is field 14, stime 15.
+		st := string(b)
+		open, end := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+		if open < 0 || end < open || st[open+1:end] != "postgres" {
+			continue
+		}
+		f := strings.Fields(st[end+1:])
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		k, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + k
+		found = true
+	}
+	if !found {
+		return -1
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
 }
 
 // BenchmarkSyncLeases renews 100 held lanes and asks for 100 more that a

@@ -1,0 +1,63 @@
+package pebble
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/storetest"
+)
+
+// BenchmarkBacklog compares the hot path for one destination on an empty
+// store and on one holding a backlog of queued jobs for another
+// (storetest.BenchBacklog), once the compactions of the fill are done, with
+// the memory the store holds. It runs only when AQUIFER_BACKLOG names the
+// backlog, and is meant for -count 1 (each run queues the backlog afresh)
+// and a fixed -benchtime, so that both stores get the same work:
+//
+//	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 20000x -count 1 .
+func BenchmarkBacklog(b *testing.B) {
+	sizes := storetest.BacklogSizes(b, os.Getenv(storetest.BacklogEnv))
+	if sizes == nil {
+		b.Skipf("set %s to the number of jobs to queue", storetest.BacklogEnv)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("backlog=%d", n), func(b *testing.B) {
+			s, err := Open(b.Context(), Options{Dir: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			storetest.FillBacklog(b, s, n)
+			settle(b, s)
+			storetest.BenchBacklog(b, s)
+			b.Run("memory", func(b *testing.B) {
+				for b.Loop() {
+				}
+				storetest.ReportMemory(b)
+				m := s.db.Metrics()
+				b.ReportMetric(float64(m.BlockCache.Size)/(1<<20), "cache-MiB")
+				b.ReportMetric(float64(m.MemTable.Size)/(1<<20), "memtable-MiB")
+				b.ReportMetric(float64(m.DiskSpaceUsage())/(1<<20), "disk-MiB")
+			})
+		})
+	}
+}
+
+// settle waits (up to 10 minutes) until Pebble has run no compaction for
+// two seconds, so that what is measured is a store holding the backlog,
+// not one still compacting the gigabyte just written into it — a daemon
+// whose backlog built up over hours paid that as it went. (Pebble's
+// estimated compaction debt need not reach zero: levels a little over
+// their target size are left until more writes come.)
+func settle(b *testing.B, s *Store) {
+	start, quiet := time.Now(), time.Now()
+	for time.Since(start) < 10*time.Minute && time.Since(quiet) < 2*time.Second {
+		if s.db.Metrics().Compact.NumInProgress > 0 {
+			quiet = time.Now()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.Logf("compactions settled in %v", time.Since(start).Round(time.Millisecond))
+}

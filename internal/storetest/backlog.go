@@ -1,0 +1,282 @@
+package storetest
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+// BacklogEnv names the environment variable that turns the backlog
+// benchmarks on: the number of jobs to queue before measuring (for
+// example 1000000). Unset, BenchBacklog skips: filling a store with a
+// million jobs takes minutes, which neither `make test` nor an ordinary
+// -bench run should pay.
+const BacklogEnv = "AQUIFER_BACKLOG"
+
+// Backlog lanes: the backlog waits in BacklogLane, for a destination that
+// takes nothing; the measured work goes to another.
+const (
+	BacklogLane  = "slow.test:80"
+	MeasuredLane = "fast.test:80"
+	hooksLane    = "hooks.test:80"
+)
+
+// BacklogSizes returns the backlogs BenchBacklog compares: none and the
+// one v (BacklogEnv's value, which the caller's test reads) asks for, or
+// nil when it is empty (skip). A bad value is a test failure, not a silent
+// skip.
+func BacklogSizes(tb testing.TB, v string) []int {
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		tb.Fatalf("%s=%q: want a number of jobs", BacklogEnv, v)
+	}
+	return []int{0, n}
+}
+
+// BacklogJob returns a queued job for the backlog lane with a body of
+// 1 KiB, as the issue's scale scenario queues them: hex text of random
+// bytes, which compresses about as well as JSON does (by half), where a
+// repeated byte would let a store that compresses blocks hold it for
+// nearly nothing.
+func BacklogJob(key string, rng *rand.Rand) *domain.Job {
+	j := NewJob("backlog", key, BacklogLane)
+	var raw [512]byte
+	for i := 0; i < len(raw); i += 8 {
+		binary.LittleEndian.PutUint64(raw[i:], rng.Uint64())
+	}
+	j.Body = hex.AppendEncode(make([]byte, 0, 1<<10), raw[:])
+	return j
+}
+
+// FillBacklog queues n backlog jobs in s through InsertBatch, batches of
+// 1000 from two goroutines, and fails tb unless every one is fresh.
+func FillBacklog(tb testing.TB, s ports.JobStore, n int) {
+	tb.Helper()
+	const batch = 1000
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range 2 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(n)))
+			jobs := make([]*domain.Job, 0, batch)
+			for {
+				first := int(next.Add(batch)) - batch
+				if first >= n {
+					return
+				}
+				jobs = jobs[:0]
+				for i := first; i < min(first+batch, n); i++ {
+					jobs = append(jobs, BacklogJob(fmt.Sprint("b", i), rng))
+				}
+				out, err := s.InsertBatch(tb.Context(), jobs)
+				if err != nil {
+					tb.Errorf("InsertBatch: %v", err)
+					return
+				}
+				for _, o := range out {
+					if !o.Fresh {
+						tb.Errorf("backlog job %s not fresh", o.Job.IdempotentKey)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if tb.Failed() {
+		tb.FailNow()
+	}
+	tb.Logf("queued %d backlog jobs in %v", n, time.Since(start).Round(time.Millisecond))
+}
+
+// BenchBacklog measures, on s holding whatever backlog the caller queued,
+// what the daemon's hot path does for another destination: durable
+// inserts from 64 goroutines ("insert"), the store side of one job with a
+// webhook ("lifecycle": insert, mark in flight, finish with a delivery due,
+// finish the delivery), and ("reads") the load gauge's Counts, the
+// dispatcher's first ListReady page of the backlogged lane and the
+// sweep's Purge when nothing has expired, timed over a fixed sample
+// whatever -benchtime says. While insert and lifecycle run, Counts is called
+// every second, as the daemon's load gauge does. Each reports jobs/s and
+// the CPU time per job of the whole process (the store's background work
+// included); the caller adds memory figures (ReportMemory).
+func BenchBacklog(b *testing.B, s ports.JobStore) {
+	var n atomic.Int64
+	key := func() string { return fmt.Sprint("m", n.Add(1)) }
+	b.Run("insert", func(b *testing.B) {
+		stop := gauge(b, s)
+		b.SetParallelism(32) // x GOMAXPROCS goroutines
+		cpu := CPUTime()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, fresh, err := s.Insert(b.Context(), NewJob("bench", key(), MeasuredLane)); err != nil || !fresh {
+					b.Fatalf("Insert = fresh %v, %v", fresh, err)
+				}
+			}
+		})
+		reportRate(b, cpu)
+		stop()
+	})
+	b.Run("lifecycle", func(b *testing.B) {
+		stop := gauge(b, s)
+		b.SetParallelism(32)
+		cpu := CPUTime()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				lifecycle(b, s, key())
+			}
+		})
+		reportRate(b, cpu)
+		stop()
+	})
+	b.Run("reads", func(b *testing.B) {
+		for b.Loop() { // the reads below are timed on their own
+		}
+		sample(b, "µs/count", func() error {
+			_, err := s.Counts(b.Context())
+			return err
+		})
+		sample(b, "µs/listready", func() error {
+			_, err := s.ListReady(b.Context(), &ports.ListReadyParams{Queue: BacklogLane, Limit: 100, Now: time.Now()})
+			return err
+		})
+		// The sweep's last Purge of each minute, which finds nothing (more)
+		// to purge.
+		sample(b, "µs/purge", func() error {
+			_, err := s.Purge(b.Context(), &ports.PurgeParams{Now: time.Now(), Limit: 1000})
+			return err
+		})
+	})
+}
+
+// sample times fn over at least 3 calls and at most a second's worth (or
+// 1000 calls), whatever -benchtime says — a Counts of a million-job store
+// could take a second a call — and reports the mean as metric.
+func sample(b *testing.B, metric string, fn func() error) {
+	var n int
+	start := time.Now()
+	for n < 3 || (n < 1000 && time.Since(start) < time.Second) {
+		if err := fn(); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(n), metric)
+}
+
+// lifecycle is one job with a webhook through the store.
+func lifecycle(b *testing.B, s ports.JobStore, key string) {
+	j, _, err := s.Insert(b.Context(), NewJob("bench", key, MeasuredLane))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.MarkInFlight(b.Context(), &ports.MarkInFlightParams{ID: j.ID, Seq: j.Seq, At: time.Now()}); err != nil {
+		b.Fatal(err)
+	}
+	res := &domain.Result{ResponseStatus: 200, Body: []byte(`{"ok":true}`)}
+	if _, err := s.Finish(b.Context(), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusCompleted, Attempts: 1,
+		Result: res, Now: time.Now(), DeliverIn: hooksLane}); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.FinishDelivery(b.Context(), &ports.FinishDeliveryParams{ID: j.ID, Seq: j.Seq, Delivered: true,
+		Attempts: 1, Response: 204, Now: time.Now()}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// gauge calls Counts every second until the returned stop is called, as
+// the daemon's load gauge does; stop waits for a call under way and
+// reports the mean Counts latency.
+func gauge(b *testing.B, s ports.JobStore) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var calls int
+	var took time.Duration
+	wg.Go(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				start := time.Now()
+				if _, err := s.Counts(b.Context()); err != nil {
+					b.Error(err)
+					return
+				}
+				took += time.Since(start)
+				calls++
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		if calls > 0 {
+			b.ReportMetric(float64(took.Microseconds())/float64(calls), "gauge-µs/count")
+		}
+	}
+}
+
+// reportRate stops the timer and reports jobs/s and the process's CPU
+// time per job since cpu. (The timer stops before the gauge does: waiting
+// for a slow Counts to return is not the jobs' time.)
+func reportRate(b *testing.B, cpu time.Duration) {
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	if now := CPUTime(); cpu >= 0 && now >= 0 {
+		b.ReportMetric(float64((now-cpu).Microseconds())/float64(b.N), "cpu-µs/job")
+	}
+}
+
+// ReportMemory reports the Go heap in use after a collection and the
+// process's resident set size now and at its peak (VmRSS, VmHWM; Linux
+// only), in MiB.
+func ReportMemory(b *testing.B) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+	if rss := procStatus("VmRSS:"); rss >= 0 {
+		b.ReportMetric(float64(rss)/(1<<20), "rss-MiB")
+	}
+	if peak := procStatus("VmHWM:"); peak >= 0 {
+		b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
+	}
+}
+
+// procStatus reads a size field (in kB) of /proc/self/status, in bytes; -1
+// if there is none.
+func procStatus(field string) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return kb << 10
+		}
+	}
+	return -1
+}
