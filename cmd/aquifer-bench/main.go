@@ -79,6 +79,7 @@ type options struct {
 
 	// Issue 21's scale curve (scale.go).
 	scaleBacklogs []int
+	pacingRates   []float64
 	scaleBody     int
 	scaleCSV      string
 }
@@ -109,6 +110,8 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the daemon's data directories")
 	flag.BoolVar(&o.quiet, "q", false, "no progress bars")
 	flag.Float64Var(&o.pacingSeconds, "pacing-seconds", 5, "seconds of work queued per rate in the pacing scenario")
+	var pacingRates string
+	flag.StringVar(&pacingRates, "pacing-rates", "20,200,2000", "pacing scenario: the configured rates, rps (at least 10 jobs each)")
 	flag.IntVar(&o.flood, "flood", 5000, "jobs the noisy tenant floods in the fairness scenario")
 	flag.IntVar(&o.quiet5, "quiet-jobs", 5, "jobs the quiet tenant sends in the fairness scenario")
 	flag.DurationVar(&o.listInterval, "list-interval", 100*time.Millisecond,
@@ -134,7 +137,8 @@ func main() {
 	flag.StringVar(&o.scaleCSV, "scale-csv", "", "scale scenario: also write its rows to this CSV file")
 	flag.Parse()
 	var err error
-	if o.scaleBacklogs, err = parseBacklogs(backlogs); err == nil && o.scaleBody < 0 {
+	if o.pacingRates, err = parseRates(pacingRates); err != nil {
+	} else if o.scaleBacklogs, err = parseBacklogs(backlogs); err == nil && o.scaleBody < 0 {
 		err = fmt.Errorf("-scale-body %d: want 0 or more bytes", o.scaleBody)
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -79,11 +80,12 @@ type pacingResult struct {
 	measured   float64
 }
 
-// runPacing configures a loopback upstream at 20, 200 and 2,000 rps, queues
-// about five seconds of work for it and measures the arrival rate.
+// runPacing configures a loopback upstream at each of -pacing-rates (20,
+// 200 and 2,000 rps by default), queues about -pacing-seconds of work for
+// it (at least 10 jobs) and measures the arrival rate.
 func runPacing(ctx context.Context, o options) ([]pacingResult, error) {
 	var out []pacingResult
-	for _, rate := range []float64{20, 200, 2000} {
+	for _, rate := range o.pacingRates {
 		target, err := newArrivals()
 		if err != nil {
 			return nil, err
@@ -93,7 +95,7 @@ func runPacing(ctx context.Context, o options) ([]pacingResult, error) {
 			target.close()
 			return nil, err
 		}
-		n := int(rate * o.pacingSeconds)
+		n := max(int(rate*o.pacingSeconds), 10)
 		run := strconv.FormatInt(time.Now().UnixNano(), 36)
 		l := submit(ctx, d.url, "", n, min(o.clients, n), true, "pacing", func(i int) []byte {
 			return jobJSON("pace", run+strconv.Itoa(i), target.url()+"/p", "x")
@@ -107,6 +109,25 @@ func runPacing(ctx context.Context, o options) ([]pacingResult, error) {
 		out = append(out, pacingResult{configured: rate, jobs: target.count(), measured: target.rate()})
 		d.stop()
 		target.close()
+	}
+	return out, nil
+}
+
+// parseRates reads -pacing-rates: positive rps, comma-separated.
+func parseRates(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		r, err := strconv.ParseFloat(f, 64)
+		if err != nil || r <= 0 || math.IsInf(r, 0) {
+			return nil, fmt.Errorf("-pacing-rates: %q is not a positive rate", f)
+		}
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-pacing-rates: no rates")
 	}
 	return out, nil
 }

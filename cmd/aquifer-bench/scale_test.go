@@ -123,3 +123,15 @@ func TestScaleRowDisagrees(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRates(t *testing.T) {
+	got, err := parseRates(" 1, 20,5000 ")
+	if err != nil || len(got) != 3 || got[0] != 1 || got[2] != 5000 {
+		t.Fatalf("parseRates = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "0", "-1", "x", "Inf"} {
+		if _, err := parseRates(bad); err == nil {
+			t.Errorf("parseRates(%q) accepted", bad)
+		}
+	}
+}
