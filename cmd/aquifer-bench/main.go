@@ -137,8 +137,11 @@ func main() {
 	flag.StringVar(&o.scaleCSV, "scale-csv", "", "scale scenario: also write its rows to this CSV file")
 	flag.Parse()
 	var err error
-	if o.pacingRates, err = parseRates(pacingRates); err != nil {
-	} else if o.scaleBacklogs, err = parseBacklogs(backlogs); err == nil && o.scaleBody < 0 {
+	o.pacingRates, err = parseRates(pacingRates)
+	if err == nil {
+		o.scaleBacklogs, err = parseBacklogs(backlogs)
+	}
+	if err == nil && o.scaleBody < 0 {
 		err = fmt.Errorf("-scale-body %d: want 0 or more bytes", o.scaleBody)
 	}
 	if err != nil {
