@@ -286,7 +286,7 @@ func printScale(w io.Writer, rows []scaleRow) {
 	tw.Flush()
 	for _, r := range rows {
 		if r.disagrees() {
-			fmt.Fprintf(w, "%s @%d: the daemon's /metrics said %d queued, the bench had queued %d (a store count that failed, e.g. past /health's 2 s, reads as 0 there)\n",
+			fmt.Fprintf(w, "%s @%d: the daemon's /metrics said %d queued, the bench had queued %d (the daemon's counts are spaced out while counting is slow — /health's jobs.age_ms says how old they are — or the count failed)\n",
 				r.store, r.backlog, r.reported, r.queued)
 		}
 		for _, x := range []result{r.ingest, r.e2e} {
