@@ -116,8 +116,11 @@ func TestWindowCountsAllocations(t *testing.T) {
 	if c.err != "" {
 		t.Fatal(c.err)
 	}
-	if c.allocs < perJobAllocs {
-		t.Errorf("allocs/job = %.1f; want at least the %d allocated per job", c.allocs, perJobAllocs)
+	// The runtime counts small objects when a span is handed back or
+	// refilled, so up to a span per P (128 of these) may not have been
+	// counted yet: ~1.3 per job here.
+	if floor := perJobAllocs * 0.9; c.allocs < floor {
+		t.Errorf("allocs/job = %.1f; want at least %.0f of the %d allocated per job", c.allocs, floor, perJobAllocs)
 	}
 	if c.gcPer1k < 0 {
 		t.Errorf("GC/1k jobs = %v; want a count", c.gcPer1k)
