@@ -643,6 +643,11 @@ func (d *Dispatcher) CommitFinish(ctx context.Context, j *domain.Job, status dom
 	if err != nil {
 		return err
 	}
+	// The store has the job's end: from here a copy of it that is ready
+	// again (an operator's retry, which anyone told of the end below may
+	// ask for at once) is a new run, not a second copy of this attempt —
+	// the lane refuses a job still marked executing, and would drop it.
+	d.EndDispatch(j.ID)
 	ev := domain.EventCompleted
 	if status == domain.StatusFailed {
 		ev = domain.EventFailed
