@@ -120,7 +120,7 @@ func (r *JobRequest) Validate() error {
 	if r.Method == "" {
 		r.Method = http.MethodGet
 	}
-	if len(r.Method) > MaxMethodLen || !isToken(r.Method) {
+	if len(r.Method) > MaxMethodLen || !IsToken(r.Method) {
 		return Invalid("method", "method %q is not a valid HTTP method token", truncate(r.Method, 40))
 	}
 	r.Method = strings.ToUpper(r.Method)
@@ -197,7 +197,7 @@ func ValidateHeaders(field string, h map[string]string) error {
 	}
 	seen := make(map[string]bool, len(h))
 	for name, value := range h {
-		if name == "" || len(name) > MaxHeaderNameLen || !isToken(name) {
+		if name == "" || len(name) > MaxHeaderNameLen || !IsToken(name) {
 			return Invalid(field, "header name %q is not a valid HTTP header name", truncate(name, 40))
 		}
 		canon := http.CanonicalHeaderKey(name)
@@ -276,8 +276,10 @@ func checkText(field, s string, max int) error {
 	return nil
 }
 
-// isToken reports whether s is an RFC 9110 token (method and header names).
-func isToken(s string) bool {
+// IsToken reports whether s is an RFC 9110 token (method and header names):
+// what jobs are checked against when submitted and the outbound HTTP/1.1
+// client again before it writes a request.
+func IsToken(s string) bool {
 	if s == "" {
 		return false
 	}

@@ -37,6 +37,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
 )
 
 const (
@@ -935,14 +937,14 @@ func validateRequest(req *http.Request) error {
 	if req.Header == nil {
 		return errors.New("http: nil Request.Header")
 	}
-	if m := req.Method; m != "" && !validToken(m) {
+	if m := req.Method; m != "" && !domain.IsToken(m) {
 		return fmt.Errorf("net/http: invalid method %q", m)
 	}
 	if req.URL.Host == "" {
 		return errors.New("http: no Host in request URL")
 	}
 	for k, vv := range req.Header {
-		if !validToken(k) {
+		if !domain.IsToken(k) {
 			return fmt.Errorf("net/http: invalid header field name %q", k)
 		}
 		for _, v := range vv {
@@ -1113,33 +1115,6 @@ func isASCII(s string) bool {
 	}
 	return true
 }
-
-// validToken: a method or field name (RFC 9110 token).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x80 || !tokenByte[c] {
-			return false
-		}
-	}
-	return true
-}
-
-var tokenByte = func() (t [128]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
 
 // validHeaderValue: no control bytes but tab.
 func validHeaderValue(v string) bool {

@@ -34,7 +34,7 @@ func report(b *testing.B, s *pebble.Store, cpuStart time.Duration) {
 	st := s.Stats()
 	b.ReportMetric(float64(st.Ops)/float64(max(st.Commits, 1)), "ops/commit")
 	if cpuStart >= 0 {
-		b.ReportMetric(float64((cpuTime()-cpuStart).Microseconds())/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(float64((storetest.CPUTime()-cpuStart).Microseconds())/float64(b.N), "cpu-µs/op")
 	}
 }
 
@@ -48,7 +48,7 @@ func BenchmarkInsertParallel(b *testing.B) {
 			var n atomic.Int64
 			b.SetParallelism(32) // x GOMAXPROCS goroutines
 			b.ResetTimer()
-			cpu := cpuTime()
+			cpu := storetest.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					j := storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80")
@@ -72,7 +72,7 @@ func BenchmarkLifecycle(b *testing.B) {
 			var n atomic.Int64
 			b.SetParallelism(32)
 			b.ResetTimer()
-			cpu := cpuTime()
+			cpu := storetest.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					j, _, err := s.Insert(b.Context(), storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80"))
