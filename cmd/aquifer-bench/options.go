@@ -233,9 +233,9 @@ func (d *daemon) procStatus(key string) int64 {
 }
 
 // sqliteCacheAllowance is the most memory SQLite's page caches may hold in
-// aquiferd: 32 MiB for the writer and 8 MiB for each of the 4 readers
+// aquiferd: 8 MiB for the writer and for each of the 4 readers
 // (internal/adapters/outbound/sqlite dsn).
-const sqliteCacheAllowance = (32 + 4*8) << 20
+const sqliteCacheAllowance = 5 * 8 << 20
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 

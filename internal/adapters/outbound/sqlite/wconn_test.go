@@ -147,3 +147,31 @@ func TestWconnScan(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWriterPageCacheStaysSmall holds the writer's page cache to 8 MiB:
+// SQLite truncates a connection's page cache at every commit, and with a
+// large cache that walks the whole hash table of cached pages (2.8 % of
+// the daemon's CPU under the e2e bench at 32 MiB). A bigger cache for the
+// writer needs a profile showing it pays (docs/BENCHMARKS.md, issue 21).
+func TestWriterPageCacheStaysSmall(t *testing.T) {
+	for _, readOnly := range []bool{false, true} {
+		db, err := sql.Open("sqlite", dsn(filepath.Join(t.TempDir(), "c.db"), SyncFull, readOnly))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !readOnly {
+			if _, err := db.Exec("CREATE TABLE t (x)"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var kib int64
+		if err := db.QueryRow("PRAGMA cache_size").Scan(&kib); err != nil {
+			t.Fatal(err)
+		}
+		// A negative cache_size is in KiB.
+		if kib >= 0 || -kib > 8<<10 {
+			t.Errorf("read-only %v: cache_size = %d, want at most 8 MiB (-8192)", readOnly, kib)
+		}
+		db.Close()
+	}
+}
