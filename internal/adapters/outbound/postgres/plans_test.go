@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -88,6 +89,18 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"RecoverLane", sqlRecoverLane, []any{"http://up1.test:80", now}, ""},
 		{"RecoverInFlight", `UPDATE jobs SET status = 'queued', updated_at = $2
 			WHERE ` + mineOrDead("$1") + ` AND ready_lane <> '' AND status = 'in_flight'`, []any{"a:1", now}, ""},
+		// The writer's merged lifecycle writes (merge.go), of 100 jobs:
+		// one lookup of jobs_pkey per job, never a scan of the table.
+		{"MarkInFlight (merged)", sqlMarks, []any{mergedIDs, mergedInts(now), "a:1"}, "jobs_pkey"},
+		{"Requeue (merged)", sqlRequeuesDispatch, []any{mergedIDs, mergedInts(1), mergedInts(0), mergedInts(now), mergedInts(now),
+			make([]*string, len(mergedIDs)), "a:1"}, "jobs_pkey"},
+		{"Requeue delivery (merged)", sqlRequeuesDeliver, []any{mergedIDs, mergedInts(1), mergedInts(0), mergedInts(503),
+			mergedStrings(""), mergedInts(now), "a:1"}, "jobs_pkey"},
+		{"Finish (merged)", sqlFinishes, []any{mergedIDs, mergedStrings("completed"), mergedInts(1), mergedInts(now), mergedInts(now),
+			mergedInts(200), make([][]byte, len(mergedIDs)), make([]bool, len(mergedIDs)), mergedStrings(""), mergedStrings(""),
+			mergedStrings("http://hooks.test:80"), mergedStrings("pending"), make([]*string, len(mergedIDs)), "a:1"}, "jobs_pkey"},
+		{"FinishDelivery (merged)", sqlDeliveries, []any{mergedIDs, mergedStrings("delivered"), mergedInts(1), mergedInts(204),
+			mergedStrings(""), mergedInts(now), mergedInts(1000), mergedInts(1000), "a:1"}, "jobs_pkey"},
 		{"ResetStale (read)", "SELECT " + storekit.JobColumns + ` FROM jobs WHERE ` + mineOrDead("$1") + `
 			AND ready_lane <> '' AND status = 'in_flight' AND dispatched_at < $2 ORDER BY ready_seq`, []any{"a:1", now}, ""},
 	} {
@@ -111,6 +124,36 @@ func TestQueriesUseIndexes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// mergedIDs are the jobs of the merged writes TestQueriesUseIndexes
+// explains: 100 of its table's, sorted by id as the writer sorts them,
+// and one that is not there.
+var mergedIDs = func() []string {
+	ids := []string{"missing"}
+	for g := 1; g <= 100; g++ {
+		ids = append(ids, fmt.Sprintf("j%d", g*97+1))
+	}
+	sort.Strings(ids)
+	return ids
+}()
+
+// mergedInts is v for each of mergedIDs.
+func mergedInts(v int64) []int64 {
+	out := make([]int64, len(mergedIDs))
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// mergedStrings is v for each of mergedIDs.
+func mergedStrings(v string) []string {
+	out := make([]string, len(mergedIDs))
+	for i := range out {
+		out[i] = v
+	}
+	return out
 }
 
 // explain prepares sql (the statement name), runs it with args under plan_cache_mode mode in
@@ -137,6 +180,30 @@ func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 				q[n] = strconv.FormatInt(e, 10)
 			}
 			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::int8[]"
+		case []bool:
+			q := make([]string, len(v))
+			for n, e := range v {
+				q[n] = strconv.FormatBool(e)
+			}
+			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::bool[]"
+		case []*string:
+			q := make([]string, len(v))
+			for n, e := range v {
+				q[n] = "NULL"
+				if e != nil {
+					q[n] = "'" + strings.ReplaceAll(*e, "'", "''") + "'"
+				}
+			}
+			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::text[]"
+		case [][]byte:
+			q := make([]string, len(v))
+			for n, e := range v {
+				q[n] = "NULL"
+				if e != nil {
+					q[n] = "'\\x" + hex.EncodeToString(e) + "'::bytea"
+				}
+			}
+			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::bytea[]"
 		default:
 			lits[i] = fmt.Sprint(v)
 		}
