@@ -37,6 +37,28 @@ import (
 // statements of different kinds is broken by PostgreSQL and the group run
 // again, as before.
 
+// sqlPlanByID makes the planner, until sqlPlanAsUsual, find every row by
+// its primary key (a nested loop over the arrays, one jobs_pkey lookup per
+// element), which is what a merged statement must do at any table size.
+// Left to itself it may plan a merged statement as a scan of the whole
+// table (a sequential scan, or a bitmap of jobs_list's queued and in-flight
+// entries, dead ones included) joined with the arrays: cheaper while the
+// table is small or has no statistics yet, and PostgreSQL keeps that
+// generic plan for the connection's prepared statement as the table grows,
+// until an ANALYZE invalidates it. BenchmarkLifecycle, on a new table,
+// ran at half its speed so. The settings are LOCAL to the group's
+// transaction, and the statements between the two are only merged ones.
+// Those settings leave index scans, so the merged statements that check
+// status write it as (status IN (...)) IS TRUE, which no index matches:
+// otherwise jobs_list (status, seq) would still offer a scan of every
+// queued job.
+const (
+	sqlPlanByID = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
+	sqlPlanAsUsual = `SELECT set_config('enable_seqscan', 'on', true), set_config('enable_bitmapscan', 'on', true),
+	set_config('enable_hashjoin', 'on', true), set_config('enable_mergejoin', 'on', true)`
+)
+
 // mergeKind is a kind of op that run merges: each is one statement.
 type mergeKind int
 
@@ -109,14 +131,22 @@ func (s *Store) queueJobOps(b *pgx.Batch, ops []*storekit.Op, results []storekit
 	twice := sameJob(ops)
 	var pending [mergeKinds][]int
 	flush := func() {
+		planned := false
 		for k, idx := range pending {
 			switch {
 			case len(idx) == 1:
 				s.queueOne(b, ops[idx[0]], &results[idx[0]])
 			case len(idx) > 1:
+				if !planned {
+					b.Queue(sqlPlanByID)
+					planned = true
+				}
 				s.queueMerged(b, mergeKind(k), ops, idx, results)
 			}
 			pending[k] = nil
+		}
+		if planned {
+			b.Queue(sqlPlanAsUsual)
 		}
 	}
 	for i, o := range ops {
@@ -174,7 +204,7 @@ func (s *Store) queueMerged(b *pgx.Batch, k mergeKind, ops []*storekit.Op, idx [
 // sqlMarks marks jobs in flight, as OpMarkInFlight's statement does one.
 const sqlMarks = `UPDATE jobs j SET status = 'in_flight', dispatched_at = v.at, updated_at = v.at, owner = $3
 FROM unnest($1::text[], $2::int8[]) AS v(id, at)
-WHERE j.id = v.id AND j.status IN ('queued', 'in_flight')`
+WHERE j.id = v.id AND (j.status IN ('queued', 'in_flight')) IS TRUE`
 
 func (s *Store) queueMarks(b *pgx.Batch, ops []*storekit.Op, idx []int) {
 	ids, at := make([]string, len(idx)), make([]int64, len(idx))
@@ -214,7 +244,7 @@ func notFoundUnless(ops []*storekit.Op, idx []int, results []storekit.Result) fu
 const sqlRequeuesDispatch = `UPDATE jobs j SET status = 'queued', attempts = v.attempts, deferrals = v.deferrals, updated_at = v.now,
 	expires_at = v.expires_at, owner = $7, history = coalesce(v.history, j.history)
 FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::text[]) AS v(id, attempts, deferrals, now, expires_at, history)
-WHERE j.id = v.id AND j.status IN ('queued', 'in_flight')
+WHERE j.id = v.id AND (j.status IN ('queued', 'in_flight')) IS TRUE
 RETURNING j.id`
 
 func (s *Store) queueRequeuesDispatch(b *pgx.Batch, ops []*storekit.Op, idx []int, results []storekit.Result) {
@@ -278,7 +308,7 @@ u AS (
 		response_content_type = v.response_content_type, reason = v.reason,
 		ready_lane = v.ready_lane, ready_seq = CASE WHEN v.ready_lane <> '' THEN nextval('jobs_seq') ELSE 0 END,
 		delivery_status = v.delivery_status, deferrals = 0, owner = $14, history = coalesce(v.history, j.history)
-	FROM v WHERE j.id = v.id AND j.status IN ('queued', 'in_flight')
+	FROM v WHERE j.id = v.id AND (j.status IN ('queued', 'in_flight')) IS TRUE
 	RETURNING j.id, j.ready_seq)
 SELECT v.id, u.ready_seq, CASE WHEN u.id IS NULL THEN EXISTS (SELECT 1 FROM jobs WHERE jobs.id = v.id) END
 FROM v LEFT JOIN u ON u.id = v.id`

@@ -143,6 +143,32 @@ func stored(t *testing.T, s *Store, id domain.JobID) *domain.Job {
 	return j
 }
 
+// writes counts the statements of b that write jobs, checking that the
+// merged ones among them are planned by id (sqlPlanByID before them,
+// sqlPlanAsUsual after).
+func writes(b *pgx.Batch) int {
+	n, byID := 0, false
+	for _, q := range b.QueuedQueries {
+		switch q.SQL {
+		case sqlPlanByID:
+			byID = true
+		case sqlPlanAsUsual:
+			byID = false
+		case sqlMarks, sqlRequeuesDispatch, sqlRequeuesDeliver, sqlFinishes, sqlDeliveries:
+			if !byID {
+				return -1
+			}
+			n++
+		default:
+			n++
+		}
+	}
+	if byID {
+		return -1
+	}
+	return n
+}
+
 // TestMergedGroupAnswersAsOneByOne: a group of many marks, requeues,
 // finishes and deliveries, on jobs in every state (missing, terminal,
 // delivery done), merged into one statement per kind, tells each caller
@@ -157,8 +183,8 @@ func TestMergedGroupAnswersAsOneByOne(t *testing.T) {
 	ops := lifecycleOps(ids, now.Add(time.Second))
 	b := &pgx.Batch{}
 	merged.queueJobOps(b, ops, make([]storekit.Result, len(ops)))
-	if b.Len() != int(mergeKinds) {
-		t.Fatalf("the group is %d statements, want one per merged kind (%d)", b.Len(), mergeKinds)
+	if n := writes(b); n != int(mergeKinds) {
+		t.Fatalf("the group is %d statements, want one per merged kind (%d)", n, mergeKinds)
 	}
 	got := runGroup(merged, ops)
 	for i, o := range lifecycleOps(ids, now.Add(time.Second)) {
@@ -290,8 +316,8 @@ func TestGroupMergesNotAcrossABarrier(t *testing.T) {
 	}
 	b := &pgx.Batch{}
 	s.queueJobOps(b, ops, make([]storekit.Result, len(ops)))
-	if b.Len() != 3 {
-		t.Fatalf("%d statements, want 3 (the marks before the barrier, the barrier, the marks after)", b.Len())
+	if n := writes(b); n != 3 {
+		t.Fatalf("%d statements, want 3 (the marks before the barrier, the barrier, the marks after)", n)
 	}
 	r := runGroup(s, ops)
 	if r[3].Err != nil || r[3].N != 3 {
@@ -318,7 +344,7 @@ func TestGroupMergesEachKindIntoOneStatement(t *testing.T) {
 	count := func(ops []*storekit.Op) int {
 		b := &pgx.Batch{}
 		s.queueJobOps(b, ops, make([]storekit.Result, len(ops)))
-		return b.Len()
+		return writes(b)
 	}
 	var finishes, all []*storekit.Op
 	for i := range 50 {

@@ -161,6 +161,13 @@ func mergedStrings(v string) []string {
 // it logs the text plan too.
 func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 	t.Helper()
+	return explainAfter(t, schema, name, mode, "", sql, args)
+}
+
+// explainAfter is explain with the statement setup (if not empty) run first
+// in the same transaction.
+func explainAfter(t *testing.T, schema, name, mode, setup, sql string, args []any) []byte {
+	t.Helper()
 	lits := make([]string, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -215,7 +222,11 @@ func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 	var plan []byte
 	query(t, schema, func(tx pgx.Tx) error {
 		ctx := context.Background()
-		for _, stmt := range []string{"SET LOCAL plan_cache_mode = " + mode, "PREPARE explained AS " + sql} {
+		stmts := []string{"SET LOCAL plan_cache_mode = " + mode, "PREPARE explained AS " + sql}
+		if setup != "" {
+			stmts = append([]string{setup}, stmts...)
+		}
+		for _, stmt := range stmts {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return err
 			}
@@ -299,4 +310,58 @@ func (n planNode) uses(index string) bool {
 		}
 	}
 	return false
+}
+
+// TestMergedWritesPlanByID: on a small table with no statistics, where the
+// planner would rather scan the table, the merged writes, planned as the
+// writer plans them (sqlPlanByID), find their rows through jobs_pkey, in
+// custom and generic plans alike: a generic plan made while the table is
+// small is kept as it grows.
+func TestMergedWritesPlanByID(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	openStore(t, schema, "a:1", nil)
+	exec(t, schema, `INSERT INTO jobs (id, seq, user_id, idempotent_key, method, lane, status, created_at, updated_at, expires_at, owner)
+		SELECT 'j' || g, g, 'u', 'k' || g, 'POST', 'x', 'queued', 1, 1, 9000000000000000, 'o' FROM generate_series(1, 30) g`)
+	ids := []string{"j1", "j2", "j3", "missing"}
+	n := len(ids)
+	ints := func(v int64) []int64 {
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = v
+		}
+		return out
+	}
+	strs := func(v string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = v
+		}
+		return out
+	}
+	now := time.Now().UnixMilli()
+	for _, c := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"MarkInFlight (merged)", sqlMarks, []any{ids, ints(now), "a:1"}},
+		{"Requeue (merged)", sqlRequeuesDispatch, []any{ids, ints(1), ints(0), ints(now), ints(now), make([]*string, n), "a:1"}},
+		{"Requeue delivery (merged)", sqlRequeuesDeliver, []any{ids, ints(1), ints(0), ints(503), strs(""), ints(now), "a:1"}},
+		{"Finish (merged)", sqlFinishes, []any{ids, strs("completed"), ints(1), ints(now), ints(now), ints(200), make([][]byte, n),
+			make([]bool, n), strs(""), strs(""), strs("http://hooks.test:80"), strs("pending"), make([]*string, n), "a:1"}},
+		{"FinishDelivery (merged)", sqlDeliveries, []any{ids, strs("delivered"), ints(1), ints(204), strs(""), ints(now), ints(1000),
+			ints(1000), "a:1"}},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explainAfter(t, schema, c.name, mode, sqlPlanByID, c.sql, c.args)
+			var nodes []struct{ Plan planNode }
+			if err := json.Unmarshal(plan, &nodes); err != nil || len(nodes) != 1 {
+				t.Fatalf("%s: unreadable plan (%v): %s", c.name, err, plan)
+			}
+			if nodes[0].Plan.scans("jobs") || nodes[0].Plan.has("Bitmap Heap Scan") || !nodes[0].Plan.uses("jobs_pkey") {
+				t.Errorf("%s (%s) does not find its rows by jobs_pkey:\n%s", c.name, mode, plan)
+			}
+		}
+	}
 }
