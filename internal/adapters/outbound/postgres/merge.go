@@ -130,24 +130,28 @@ func sameJob(ops []*storekit.Op) map[domain.JobID]bool {
 func (s *Store) queueJobOps(b *pgx.Batch, ops []*storekit.Op, results []storekit.Result) (inserts []int) {
 	twice := sameJob(ops)
 	var pending [mergeKinds][]int
+	// flush queues the pending ops: those alone of their kind as they are,
+	// then the merged statements, between sqlPlanByID and sqlPlanAsUsual.
 	flush := func() {
-		planned := false
-		for k, idx := range pending {
+		merged := 0
+		for _, idx := range pending {
 			switch {
 			case len(idx) == 1:
 				s.queueOne(b, ops[idx[0]], &results[idx[0]])
 			case len(idx) > 1:
-				if !planned {
-					b.Queue(sqlPlanByID)
-					planned = true
-				}
-				s.queueMerged(b, mergeKind(k), ops, idx, results)
+				merged++
 			}
-			pending[k] = nil
 		}
-		if planned {
+		if merged > 0 {
+			b.Queue(sqlPlanByID)
+			for k, idx := range pending {
+				if len(idx) > 1 {
+					s.queueMerged(b, mergeKind(k), ops, idx, results)
+				}
+			}
 			b.Queue(sqlPlanAsUsual)
 		}
+		pending = [mergeKinds][]int{}
 	}
 	for i, o := range ops {
 		if o.Kind == storekit.OpInsert {

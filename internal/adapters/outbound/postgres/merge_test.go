@@ -143,9 +143,9 @@ func stored(t *testing.T, s *Store, id domain.JobID) *domain.Job {
 	return j
 }
 
-// writes counts the statements of b that write jobs, checking that the
-// merged ones among them are planned by id (sqlPlanByID before them,
-// sqlPlanAsUsual after).
+// writes counts the statements of b that write jobs, or returns -1 unless
+// the merged ones among them, and only those, are planned by id
+// (sqlPlanByID before them, sqlPlanAsUsual after).
 func writes(b *pgx.Batch) int {
 	n, byID := 0, false
 	for _, q := range b.QueuedQueries {
@@ -160,6 +160,9 @@ func writes(b *pgx.Batch) int {
 			}
 			n++
 		default:
+			if byID {
+				return -1 // only merged statements are planned by id
+			}
 			n++
 		}
 	}
@@ -365,6 +368,9 @@ func TestGroupMergesEachKindIntoOneStatement(t *testing.T) {
 	}
 	if n := count(finishes); n != 1 {
 		t.Errorf("50 finishes are %d statements, want 1", n)
+	}
+	if n := count(append(finishes[:10:10], deliveryOp("other", true, now))); n != 2 {
+		t.Errorf("10 finishes and a delivery are %d statements, want 2 (the delivery planned as usual)", n)
 	}
 	if n := count(all); n != int(mergeKinds) {
 		t.Errorf("50 ops of %d kinds are %d statements, want %d", mergeKinds, n, mergeKinds)
