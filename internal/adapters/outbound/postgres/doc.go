@@ -42,10 +42,24 @@
 // one round trip and one WAL flush for the group. New jobs of a group go in
 // as a single multi-row INSERT ... ON CONFLICT (user_id, idempotent_key) DO
 // NOTHING RETURNING, so the unique index decides idempotency atomically,
-// against this process and every other. Each caller waits for its own
-// operation's commit (MarkInFlight is fire-and-forget); a failed transaction
-// fails every operation in it; MarkInFlight operations superseded by a Finish
-// of the same job in the same group are skipped. Inserts whose key turned out
+// against this process and every other. Likewise the group's marks in
+// flight, requeues (of each phase), finishes and delivery outcomes go in
+// as one UPDATE ... FROM unnest(...) per kind, each returning the ids it
+// changed (and a Finish's new ready_seq), from which every caller gets
+// the answer its own statement would have given: not found where its row
+// did not match, and for a Finish whose row did not match, a lookup of
+// the job tells gone (not found) from already terminal (left alone). Only
+// ops on a job no other op of the group names are merged, and an op that
+// acts on jobs it does not name (RecoverInFlight, ResetStale, PromoteDue,
+// a bulk operation's batch ...) is a barrier no op is moved across, so
+// every job sees the group's ops in their order (merge.go). The rows of a
+// merged statement are looked up by primary key in id order, under
+// planner settings local to the group (sqlPlanByID): left to itself the
+// planner may plan it, on a small or unanalyzed table, as a scan of the
+// table, and keep that generic plan as the table grows. Each caller waits
+// for its own operation's commit (MarkInFlight is fire-and-forget); a
+// failed transaction fails every operation in it; MarkInFlight operations
+// superseded by a Finish of the same job in the same group are skipped. Inserts whose key turned out
 // to be taken are settled afterwards, each in a transaction of its own: the
 // live holder is returned, an expired holder is deleted and the insert tried
 // again. A group PostgreSQL refuses for its data is re-run one operation per

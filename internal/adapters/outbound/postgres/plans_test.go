@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -88,6 +89,18 @@ func TestQueriesUseIndexes(t *testing.T) {
 		{"RecoverLane", sqlRecoverLane, []any{"http://up1.test:80", now}, ""},
 		{"RecoverInFlight", `UPDATE jobs SET status = 'queued', updated_at = $2
 			WHERE ` + mineOrDead("$1") + ` AND ready_lane <> '' AND status = 'in_flight'`, []any{"a:1", now}, ""},
+		// The writer's merged lifecycle writes (merge.go), of 100 jobs:
+		// one lookup of jobs_pkey per job, never a scan of the table.
+		{"MarkInFlight (merged)", sqlMarks, []any{mergedIDs, mergedInts(now), "a:1"}, "jobs_pkey"},
+		{"Requeue (merged)", sqlRequeuesDispatch, []any{mergedIDs, mergedInts(1), mergedInts(0), mergedInts(now), mergedInts(now),
+			make([]*string, len(mergedIDs)), "a:1"}, "jobs_pkey"},
+		{"Requeue delivery (merged)", sqlRequeuesDeliver, []any{mergedIDs, mergedInts(1), mergedInts(0), mergedInts(503),
+			mergedStrings(""), mergedInts(now), "a:1"}, "jobs_pkey"},
+		{"Finish (merged)", sqlFinishes, []any{mergedIDs, mergedStrings("completed"), mergedInts(1), mergedInts(now), mergedInts(now),
+			mergedInts(200), make([][]byte, len(mergedIDs)), make([]bool, len(mergedIDs)), mergedStrings(""), mergedStrings(""),
+			mergedStrings("http://hooks.test:80"), mergedStrings("pending"), make([]*string, len(mergedIDs)), "a:1"}, "jobs_pkey"},
+		{"FinishDelivery (merged)", sqlDeliveries, []any{mergedIDs, mergedStrings("delivered"), mergedInts(1), mergedInts(204),
+			mergedStrings(""), mergedInts(now), mergedInts(1000), mergedInts(1000), "a:1"}, "jobs_pkey"},
 		{"ResetStale (read)", "SELECT " + storekit.JobColumns + ` FROM jobs WHERE ` + mineOrDead("$1") + `
 			AND ready_lane <> '' AND status = 'in_flight' AND dispatched_at < $2 ORDER BY ready_seq`, []any{"a:1", now}, ""},
 	} {
@@ -113,10 +126,47 @@ func TestQueriesUseIndexes(t *testing.T) {
 	}
 }
 
+// mergedIDs are the jobs of the merged writes TestQueriesUseIndexes
+// explains: 100 of its table's, sorted by id as the writer sorts them,
+// and one that is not there.
+var mergedIDs = func() []string {
+	ids := []string{"missing"}
+	for g := 1; g <= 100; g++ {
+		ids = append(ids, fmt.Sprintf("j%d", g*97+1))
+	}
+	sort.Strings(ids)
+	return ids
+}()
+
+// mergedInts is v for each of mergedIDs.
+func mergedInts(v int64) []int64 {
+	out := make([]int64, len(mergedIDs))
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// mergedStrings is v for each of mergedIDs.
+func mergedStrings(v string) []string {
+	out := make([]string, len(mergedIDs))
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
 // explain prepares sql (the statement name), runs it with args under plan_cache_mode mode in
 // EXPLAIN ANALYZE (undoing its writes) and returns the JSON plan. With -v
 // it logs the text plan too.
 func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
+	t.Helper()
+	return explainAfter(t, schema, name, mode, "", sql, args)
+}
+
+// explainAfter is explain with the statement setup (if not empty) run first
+// in the same transaction.
+func explainAfter(t *testing.T, schema, name, mode, setup, sql string, args []any) []byte {
 	t.Helper()
 	lits := make([]string, len(args))
 	for i, a := range args {
@@ -137,6 +187,30 @@ func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 				q[n] = strconv.FormatInt(e, 10)
 			}
 			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::int8[]"
+		case []bool:
+			q := make([]string, len(v))
+			for n, e := range v {
+				q[n] = strconv.FormatBool(e)
+			}
+			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::bool[]"
+		case []*string:
+			q := make([]string, len(v))
+			for n, e := range v {
+				q[n] = "NULL"
+				if e != nil {
+					q[n] = "'" + strings.ReplaceAll(*e, "'", "''") + "'"
+				}
+			}
+			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::text[]"
+		case [][]byte:
+			q := make([]string, len(v))
+			for n, e := range v {
+				q[n] = "NULL"
+				if e != nil {
+					q[n] = "'\\x" + hex.EncodeToString(e) + "'::bytea"
+				}
+			}
+			lits[i] = "ARRAY[" + strings.Join(q, ", ") + "]::bytea[]"
 		default:
 			lits[i] = fmt.Sprint(v)
 		}
@@ -148,7 +222,11 @@ func explain(t *testing.T, schema, name, mode, sql string, args []any) []byte {
 	var plan []byte
 	query(t, schema, func(tx pgx.Tx) error {
 		ctx := context.Background()
-		for _, stmt := range []string{"SET LOCAL plan_cache_mode = " + mode, "PREPARE explained AS " + sql} {
+		stmts := []string{"SET LOCAL plan_cache_mode = " + mode, "PREPARE explained AS " + sql}
+		if setup != "" {
+			stmts = append([]string{setup}, stmts...)
+		}
+		for _, stmt := range stmts {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return err
 			}
@@ -232,4 +310,58 @@ func (n planNode) uses(index string) bool {
 		}
 	}
 	return false
+}
+
+// TestMergedWritesPlanByID: on a small table with no statistics, where the
+// planner would rather scan the table, the merged writes, planned as the
+// writer plans them (sqlPlanByID), find their rows through jobs_pkey, in
+// custom and generic plans alike: a generic plan made while the table is
+// small is kept as it grows.
+func TestMergedWritesPlanByID(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	openStore(t, schema, "a:1", nil)
+	exec(t, schema, `INSERT INTO jobs (id, seq, user_id, idempotent_key, method, lane, status, created_at, updated_at, expires_at, owner)
+		SELECT 'j' || g, g, 'u', 'k' || g, 'POST', 'x', 'queued', 1, 1, 9000000000000000, 'o' FROM generate_series(1, 30) g`)
+	ids := []string{"j1", "j2", "j3", "missing"}
+	n := len(ids)
+	ints := func(v int64) []int64 {
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = v
+		}
+		return out
+	}
+	strs := func(v string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = v
+		}
+		return out
+	}
+	now := time.Now().UnixMilli()
+	for _, c := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"MarkInFlight (merged)", sqlMarks, []any{ids, ints(now), "a:1"}},
+		{"Requeue (merged)", sqlRequeuesDispatch, []any{ids, ints(1), ints(0), ints(now), ints(now), make([]*string, n), "a:1"}},
+		{"Requeue delivery (merged)", sqlRequeuesDeliver, []any{ids, ints(1), ints(0), ints(503), strs(""), ints(now), "a:1"}},
+		{"Finish (merged)", sqlFinishes, []any{ids, strs("completed"), ints(1), ints(now), ints(now), ints(200), make([][]byte, n),
+			make([]bool, n), strs(""), strs(""), strs("http://hooks.test:80"), strs("pending"), make([]*string, n), "a:1"}},
+		{"FinishDelivery (merged)", sqlDeliveries, []any{ids, strs("delivered"), ints(1), ints(204), strs(""), ints(now), ints(1000),
+			ints(1000), "a:1"}},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explainAfter(t, schema, c.name, mode, sqlPlanByID, c.sql, c.args)
+			var nodes []struct{ Plan planNode }
+			if err := json.Unmarshal(plan, &nodes); err != nil || len(nodes) != 1 {
+				t.Fatalf("%s: unreadable plan (%v): %s", c.name, err, plan)
+			}
+			if nodes[0].Plan.scans("jobs") || nodes[0].Plan.has("Bitmap Heap Scan") || !nodes[0].Plan.uses("jobs_pkey") {
+				t.Errorf("%s (%s) does not find its rows by jobs_pkey:\n%s", c.name, mode, plan)
+			}
+		}
+	}
 }

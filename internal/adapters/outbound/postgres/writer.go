@@ -99,16 +99,7 @@ func dataError(err error) bool {
 func (s *Store) run(ctx context.Context, ops []*storekit.Op) ([]storekit.Result, error) {
 	results := make([]storekit.Result, len(ops))
 	b := &pgx.Batch{}
-	var inserts []int
-	for i, o := range ops {
-		if o.Kind == storekit.OpInsert {
-			inserts = append(inserts, i)
-			continue
-		}
-		if err := s.queue(b, o, &results[i]); err != nil {
-			results[i].Err = err // cannot happen for well-formed ops; fails only this op
-		}
-	}
+	inserts := s.queueJobOps(b, ops, results)
 	// The first insert of each key goes into the batch; repeats wait.
 	round, later := splitRound(ops, inserts)
 	var conflicts []int
@@ -413,19 +404,13 @@ func (s *Store) queue(b *pgx.Batch, o *storekit.Op, r *storekit.Result) error {
 		s.queueFinish(b, o.Finish, r)
 	case storekit.OpFinishDelivery:
 		p := o.Delivery
-		status := domain.DeliveryDelivered
-		if !p.Delivered {
-			status = domain.DeliveryFailed
-		}
-		// The job's status is known only to the row: the retention, when
-		// set, replaces the TTL of either.
-		completedTTL, failedTTL := domain.RetentionTTL(domain.StatusCompleted, p.Retention), domain.RetentionTTL(domain.StatusFailed, p.Retention)
+		d := deliveryValues(p)
 		b.Queue(`UPDATE jobs SET delivery_status = $2, delivery_attempts = $3, delivery_response = $4,
 			delivery_reason = $5, updated_at = $6, ready_lane = '', owner = $9,
 			expires_at = $6 + CASE status WHEN 'completed' THEN $7::bigint ELSE $8::bigint END
 			WHERE id = $1 AND delivery_status = 'pending'`,
-			string(o.ID), string(status), p.Attempts, p.Response, text(p.Reason), storekit.Millis(p.Now),
-			completedTTL.Milliseconds(), failedTTL.Milliseconds(), s.opts.Owner).Exec(notFoundIfNone)
+			string(o.ID), string(d.status), p.Attempts, p.Response, text(p.Reason), storekit.Millis(p.Now),
+			d.completedTTL.Milliseconds(), d.failedTTL.Milliseconds(), s.opts.Owner).Exec(notFoundIfNone)
 	case storekit.OpRecover:
 		b.Queue(`UPDATE jobs SET status = 'queued', updated_at = $2
 			WHERE `+mineOrDead("$1")+` AND ready_lane <> '' AND status = 'in_flight'`,
@@ -521,30 +506,48 @@ const sqlFinish = `WITH u AS (
 	RETURNING ready_seq)
 SELECT (SELECT ready_seq FROM u), EXISTS (SELECT 1 FROM jobs WHERE id = $1)`
 
-func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *storekit.Result) {
-	res := p.Result
-	if res == nil {
-		res = &domain.Result{}
+// finish is what a Finish writes besides its parameters as they are.
+type finish struct {
+	res       *domain.Result // never nil
+	body      []byte         // nil (NULL) for an empty body
+	hist      *string        // historyParam's
+	delivery  string         // the delivery status: pending when a delivery becomes due
+	expiresAt time.Time
+}
+
+// finishValues works out what Finish p writes, or fails if p's history
+// cannot be encoded.
+func finishValues(p *ports.FinishParams) (finish, error) {
+	f := finish{res: p.Result}
+	if f.res == nil {
+		f.res = &domain.Result{}
 	}
-	hist, err := historyParam(p.History)
+	var err error
+	if f.hist, err = historyParam(p.History); err != nil {
+		return finish{}, err
+	}
+	ttl := domain.RetentionTTL(p.Status, p.Retention)
+	f.expiresAt = p.Now.Add(ttl)
+	if p.DeliverIn != "" {
+		f.delivery = string(domain.DeliveryPending)
+		f.expiresAt = p.Now.Add(max(ttl, domain.QueuedTTL)) // time to deliver
+	}
+	if len(f.res.Body) > 0 {
+		f.body = f.res.Body
+	}
+	return f, nil
+}
+
+func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *storekit.Result) {
+	f, err := finishValues(p)
 	if err != nil {
 		r.Err = unavailable("finish job", err)
 		return
 	}
-	var delivery string
-	ttl := domain.RetentionTTL(p.Status, p.Retention)
-	expiresAt := p.Now.Add(ttl)
-	if p.DeliverIn != "" {
-		delivery = string(domain.DeliveryPending)
-		expiresAt = p.Now.Add(max(ttl, domain.QueuedTTL)) // time to deliver
-	}
-	var body []byte
-	if len(res.Body) > 0 {
-		body = res.Body
-	}
-	b.Queue(sqlFinish, string(p.ID), string(p.Status), p.Attempts, storekit.Millis(p.Now), storekit.Millis(expiresAt), res.ResponseStatus,
-		body, res.BodyTruncated, text(res.ContentType), text(res.Reason), string(p.DeliverIn), delivery,
-		s.opts.Owner, hist).QueryRow(func(row pgx.Row) error {
+	res := f.res
+	b.Queue(sqlFinish, string(p.ID), string(p.Status), p.Attempts, storekit.Millis(p.Now), storekit.Millis(f.expiresAt), res.ResponseStatus,
+		f.body, res.BodyTruncated, text(res.ContentType), text(res.Reason), string(p.DeliverIn), f.delivery,
+		s.opts.Owner, f.hist).QueryRow(func(row pgx.Row) error {
 		var readySeq *int64
 		var exists bool
 		if err := row.Scan(&readySeq, &exists); err != nil {
@@ -558,6 +561,24 @@ func (s *Store) queueFinish(b *pgx.Batch, p *ports.FinishParams, r *storekit.Res
 		}
 		return nil // already terminal: left alone, no second delivery
 	})
+}
+
+// delivery is what a FinishDelivery writes besides its parameters as they
+// are.
+type delivery struct {
+	status domain.DeliveryStatus
+	// The job's status is known only to the row: the retention, when set,
+	// replaces the TTL of either.
+	completedTTL, failedTTL time.Duration
+}
+
+func deliveryValues(p *ports.FinishDeliveryParams) delivery {
+	d := delivery{status: domain.DeliveryDelivered,
+		completedTTL: domain.RetentionTTL(domain.StatusCompleted, p.Retention), failedTTL: domain.RetentionTTL(domain.StatusFailed, p.Retention)}
+	if !p.Delivered {
+		d.status = domain.DeliveryFailed
+	}
+	return d
 }
 
 // CheckWrites implements ports.WriteChecker: nil while commits succeed, the
