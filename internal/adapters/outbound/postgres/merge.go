@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -51,13 +53,26 @@ import (
 // Those settings leave index scans, so the merged statements that check
 // status write it as (status IN (...)) IS TRUE, which no index matches:
 // otherwise jobs_list (status, seq) would still offer a scan of every
-// queued job.
-const (
-	sqlPlanByID = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-	set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
-	sqlPlanAsUsual = `SELECT set_config('enable_seqscan', 'on', true), set_config('enable_bitmapscan', 'on', true),
-	set_config('enable_hashjoin', 'on', true), set_config('enable_mergejoin', 'on', true)`
-)
+// queued job. sqlPlanByID keeps each setting's value as it found it in a
+// placeholder setting of its own (aquifer.<name>, LOCAL too), and
+// sqlPlanAsUsual puts that value back: a server configured with one of
+// them off keeps it off for the rest of the group.
+var sqlPlanByID, sqlPlanAsUsual = planSettings("enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin")
+
+// planSettings returns the statement that saves and turns off the planner
+// settings names, and the one that restores them. The saving is a subquery
+// in FROM: its set_config calls are volatile, so it is not pulled up and
+// runs before the outer ones read the settings they save.
+func planSettings(names ...string) (off, restore string) {
+	var save, set, back []string
+	for _, n := range names {
+		save = append(save, fmt.Sprintf("set_config('aquifer.%s', current_setting('%s'), true)", n, n))
+		set = append(set, fmt.Sprintf("set_config('%s', 'off', true)", n))
+		back = append(back, fmt.Sprintf("set_config('%s', current_setting('aquifer.%s'), true)", n, n))
+	}
+	return "SELECT " + strings.Join(set, ", ") + " FROM (SELECT " + strings.Join(save, ", ") + ") saved",
+		"SELECT " + strings.Join(back, ", ")
+}
 
 // mergeKind is a kind of op that run merges: each is one statement.
 type mergeKind int

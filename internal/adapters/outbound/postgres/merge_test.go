@@ -420,3 +420,37 @@ func TestGroupIsolatesARefusedMergedOp(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanSettingsRestoreWhatTheyFound checks that the planner settings a
+// group turns off around its merged statements come back as they were,
+// not simply on: a server or role configured with one of them off keeps
+// it off for the rest of the group.
+func TestPlanSettingsRestoreWhatTheyFound(t *testing.T) {
+	query(t, newSchema(t), func(tx pgx.Tx) error {
+		ctx := t.Context()
+		if _, err := tx.Exec(ctx, "SET LOCAL enable_hashjoin = off"); err != nil {
+			return err
+		}
+		settings := func() (out [4]string) {
+			t.Helper()
+			if err := tx.QueryRow(ctx, `SELECT current_setting('enable_seqscan'), current_setting('enable_bitmapscan'),
+				current_setting('enable_hashjoin'), current_setting('enable_mergejoin')`).Scan(&out[0], &out[1], &out[2], &out[3]); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		if _, err := tx.Exec(ctx, sqlPlanByID); err != nil {
+			return err
+		}
+		if got := settings(); got != [4]string{"off", "off", "off", "off"} {
+			t.Errorf("after sqlPlanByID: %v, want all off", got)
+		}
+		if _, err := tx.Exec(ctx, sqlPlanAsUsual); err != nil {
+			return err
+		}
+		if got := settings(); got != [4]string{"on", "on", "off", "on"} {
+			t.Errorf("after sqlPlanAsUsual: %v, want enable_hashjoin off as it was, the rest on", got)
+		}
+		return nil
+	})
+}
