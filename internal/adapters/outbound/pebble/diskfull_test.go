@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -193,7 +194,12 @@ func TestDiskFullFailsWritesThenRecovers(t *testing.T) {
 			if want := i < 2; j.Status.Terminal() != want {
 				t.Fatalf("acknowledged job %d is %s", i, j.Status)
 			}
+			if !bytes.Equal(j.Body, a.Body) {
+				t.Fatalf("acknowledged job %d has body %q, want %q", i, j.Body, a.Body)
+			}
 		}
+		// No body without its record: the failed inserts wrote neither.
+		checkIndexes(t, s)
 		if _, err := s.Get(t.Context(), after.ID); err != nil {
 			t.Fatalf("job written after recovery lost: %v", err)
 		}

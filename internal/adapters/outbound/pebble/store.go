@@ -210,7 +210,7 @@ func (s *Store) init() error {
 		if err := s.db.Set(keyFormat, []byte{layoutVersion}, pebble.Sync); err != nil {
 			return fmt.Errorf("initialise %s: %w", s.opts.Dir, err)
 		}
-	case len(v) == 1 && (v[0] == layoutVersionV2 || v[0] == layoutVersionV3 || v[0] == layoutVersionV4):
+	case len(v) == 1 && v[0] >= layoutVersionV2 && v[0] <= layoutVersionV5:
 		if v[0] == layoutVersionV2 {
 			if err := s.migrate(); err != nil {
 				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV2, layoutVersionV3, err)
@@ -221,12 +221,17 @@ func (s *Store) init() error {
 				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV3, layoutVersionV4, err)
 			}
 		}
-		if err := s.migrate4(); err != nil {
-			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV4, layoutVersion, err)
+		if v[0] <= layoutVersionV4 {
+			if err := s.migrate4(); err != nil {
+				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV4, layoutVersionV5, err)
+			}
+		}
+		if err := s.migrate5(); err != nil {
+			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV5, layoutVersion, err)
 		}
 	case len(v) != 1 || v[0] != layoutVersion:
-		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d, %d and %d (downgrades are not supported)",
-			s.opts.Dir, v, layoutVersion, layoutVersionV2, layoutVersionV3, layoutVersionV4)
+		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d to %d (downgrades are not supported)",
+			s.opts.Dir, v, layoutVersion, layoutVersionV2, layoutVersionV5)
 	}
 	if v, err = get(s.db, keySeq); err != nil {
 		return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, err)
@@ -286,7 +291,7 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 			if p.Exclude[id] {
 				continue
 			}
-			j, err := loadJob(s.db, id)
+			j, err := loadMeta(s.db, jobKey(nil, id))
 			if err != nil {
 				return err
 			}
@@ -348,7 +353,7 @@ func (s *Store) Ledger(_ context.Context, p *ports.LedgerParams) ([]ports.Ledger
 			return err
 		}
 		for ok := it.First(); ok && len(out) < p.Limit; ok = it.Next() {
-			j, err := decodeJob(it.Value())
+			j, err := decodeMeta(it.Value())
 			if err != nil {
 				return errors.Join(err, it.Close())
 			}
@@ -379,7 +384,7 @@ func (s *Store) DeleteFinished(ctx context.Context, throughSeq int64, limit int)
 			return err
 		}
 		for ok := it.First(); ok && len(ids) < limit; ok = it.Next() {
-			j, err := decodeJob(it.Value())
+			j, err := decodeMeta(it.Value())
 			if err != nil {
 				return errors.Join(err, it.Close())
 			}
@@ -716,28 +721,56 @@ func get(g getter, key []byte) ([]byte, error) {
 	return out, closer.Close()
 }
 
-// loadJob reads the job's record; nil if there is none.
+// loadJob reads the job, its request body included; nil if there is none.
+// A body under b/ is a second point read after the record's. The two need
+// no snapshot to agree: a body never changes while its record lives and
+// its key outlives no record, so a body missing after a version 4 record
+// was read means the job was deleted in between — unless the record is
+// still there, which is a corrupt store.
 func loadJob(g getter, id domain.JobID) (*domain.Job, error) {
-	return loadJobAt(g, jobKey(nil, id), id)
+	key := jobKey(nil, id)
+	j, ref, err := loadRecord(g, key, id)
+	if err != nil || j == nil || !ref.apart() {
+		return j, err
+	}
+	body, err := get(g, bodyKey(nil, id))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("job %s: read body: %w", id, err)
+	case body == nil:
+		if still, err := get(g, key); err != nil || still == nil {
+			return nil, err // deleted since its record was read
+		}
+		return nil, fmt.Errorf("job %s: %w", id, errMissingBody)
+	case len(body) != ref.n:
+		return nil, fmt.Errorf("job %s: body of %d bytes, its record says %d: %w", id, len(body), ref.n, errCorrupt)
+	}
+	j.Body = body
+	return j, nil
 }
 
-// loadJobAt is loadJob with the record's key, key, already built.
-func loadJobAt(g getter, key []byte, id domain.JobID) (*domain.Job, error) {
+// errMissingBody is a version 4 record whose body key is missing.
+var errMissingBody = errors.New("job record's request body is missing")
+
+// loadRecord reads the job's record at key (jobKey of id) and where its
+// body is, without reading a body under b/ (decodeJob); nil if there is
+// none.
+func loadRecord(g getter, key []byte, id domain.JobID) (*domain.Job, bodyRef, error) {
 	v, closer, err := g.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
+		return nil, bodyRef{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, bodyRef{}, err
 	}
-	j, err := decodeJob(v)
+	j, ref, err := decodeJob(v)
 	if err == nil && j.ID != id {
 		err = errCorrupt
 	}
 	if err != nil {
-		err = fmt.Errorf("job %s: %w", id, err)
+		j, err = nil, fmt.Errorf("job %s: %w", id, err)
 	}
-	return j, errors.Join(err, closer.Close())
+	return j, ref, errors.Join(err, closer.Close())
 }
 
 // inFlight returns the ids of the jobs in flight, from the x/ range of

@@ -71,7 +71,7 @@ func run(dir string) error {
 	for i := range 48 {
 		lane := lanes[(i/4)%4]
 		req := &domain.JobRequest{UserID: users[i%4], IdempotentKey: fmt.Sprint("key-", i), Method: "POST",
-			URL: "http://" + string(lane.Upstream()) + paths[i%3] + "?token=s",
+			URL:     "http://" + string(lane.Upstream()) + paths[i%3] + "?token=s",
 			Headers: map[string]string{"Content-Type": "application/json"}, WebhookURL: "http://hooks.test/h"}
 		j := domain.NewJob(ids.New(), req, lane, base.Add(time.Duration(i)*time.Minute))
 		j.ExpiresAt = live.Add(domain.QueuedTTL)
