@@ -32,8 +32,9 @@ func bodyKeys(t *testing.T, s *Store) int {
 // insert and never again — no lifecycle write puts it in the record or
 // rewrites its key — every read returns it, and deleting or purging the
 // job, or an insert taking an expired job's key, deletes it with the
-// record. Jobs with an empty body or none write no body key, and read back
-// as they were stored (nil and empty told apart).
+// record. Jobs with a short body (at most maxInlineBody bytes), an empty
+// one or none write no body key, and read back as they were stored (nil
+// and empty told apart).
 func TestBodyIsWrittenOnce(t *testing.T) {
 	s, err := Open(t.Context(), Options{Dir: t.TempDir(), Logger: zaptestLogger(t)})
 	if err != nil {
@@ -112,9 +113,9 @@ func TestBodyIsWrittenOnce(t *testing.T) {
 		t.Fatalf("%d body keys after Delete, want 0", n)
 	}
 
-	// Empty and missing bodies write no key and keep their nil-ness.
-	for _, b := range [][]byte{nil, {}} {
-		j := storetest.NewJob("u", fmt.Sprint("none-", b == nil), "a.test:80")
+	// Short, empty and missing bodies write no key and keep their nil-ness.
+	for i, b := range [][]byte{nil, {}, []byte(`{"n":1}`), bytes.Repeat([]byte("x"), maxInlineBody)} {
+		j := storetest.NewJob("u", fmt.Sprint("short-", i), "a.test:80")
 		j.Body = b
 		stored, _, err := s.Insert(ctx, j)
 		if err != nil {
@@ -124,31 +125,32 @@ func TestBodyIsWrittenOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := s.Get(ctx, stored.ID)
-		if err != nil || len(got.Body) != 0 || (got.Body == nil) != (b == nil) {
+		if err != nil || !bytes.Equal(got.Body, b) || (got.Body == nil) != (b == nil) {
 			t.Fatalf("job stored with body %#v reads back %#v, %v", b, got.Body, err)
 		}
 	}
 	if n := bodyKeys(t, s); n != 0 {
-		t.Fatalf("%d body keys for jobs without a body, want 0", n)
+		t.Fatalf("%d body keys for jobs without a long body, want 0", n)
 	}
 
 	// An expired job gives up its key, and its body goes with it; a purge
 	// takes the next one's.
+	oldBody, newBody := bytes.Repeat([]byte("old body "), 10), bytes.Repeat([]byte("new body "), 10)
 	old := storetest.NewJob("u", "reused", "a.test:80")
-	old.Body, old.ExpiresAt = []byte("old body"), time.Now().Add(-time.Minute)
+	old.Body, old.ExpiresAt = oldBody, time.Now().Add(-time.Minute)
 	if _, _, err := s.Insert(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	next := storetest.NewJob("u", "reused", "a.test:80")
-	next.Body, next.ExpiresAt = []byte("new body"), time.Now().Add(time.Second)
+	next.Body, next.ExpiresAt = newBody, time.Now().Add(time.Second)
 	if _, fresh, err := s.Insert(ctx, next); err != nil || !fresh {
 		t.Fatalf("insert over an expired job: fresh %v, %v", fresh, err)
 	}
-	if keys := scanPrefix(t, s.db, prefixBody); len(keys) != 1 || keys[string(bodyKey(nil, next.ID))] != "new body" {
+	if keys := scanPrefix(t, s.db, prefixBody); len(keys) != 1 || keys[string(bodyKey(nil, next.ID))] != string(newBody) {
 		t.Fatalf("body keys after the expired job's key was taken: %q", keys)
 	}
-	if n, err := s.Purge(ctx, &ports.PurgeParams{Now: time.Now().Add(3 * domain.QueuedTTL), Limit: 100}); err != nil || n != 3 {
-		t.Fatalf("Purge = %d, %v; want the three jobs", n, err)
+	if n, err := s.Purge(ctx, &ports.PurgeParams{Now: time.Now().Add(3 * domain.QueuedTTL), Limit: 100}); err != nil || n != 5 {
+		t.Fatalf("Purge = %d, %v; want the five jobs", n, err)
 	}
 	if n := bodyKeys(t, s); n != 0 {
 		t.Fatalf("%d body keys after Purge, want 0", n)
@@ -166,6 +168,7 @@ func TestGetOfAJobDeletedMeanwhile(t *testing.T) {
 	}
 	defer s.Close()
 	j := storetest.NewJob("u", "k", "a.test:80")
+	j.Body = bytes.Repeat([]byte("b"), 1000)
 	if _, _, err := s.Insert(t.Context(), j); err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 )
 
 // recordVersion is the first byte of every record this package writes.
-// Version 4 (layout 6) keeps a non-empty request body under its own key
-// (b/), not in the record. Version 3 and older records hold the body
-// inline; version 1 records (layout 2) lack the history too, version 2
+// Version 4 (layout 6) keeps a request body of more than maxInlineBody
+// bytes under its own key (b/), not in the record. Version 3 and older
+// records hold every body inline; version 1 records (layout 2) lack the history too, version 2
 // records (layout 3) the job options. All are read as they are (a version
 // 2 record is a job with no options) and rewritten as version 4 when the
 // job next changes, the body moving out to b/ then.
@@ -25,23 +25,36 @@ const (
 	recordVersionV1 = 1
 )
 
+// maxInlineBody is the longest request body a version 4 record holds
+// inline; a longer one is under b/. Part of the format: a record of
+// version 4 says only the body's length, and the length says where it is.
+// A key of its own costs a job about 40 bytes more of WAL and tables (the
+// key and its single delete) and a memtable insert, which the body's bytes
+// saved on each later write of the record (three in a lifecycle with a
+// webhook) repay only from a few tens of bytes on.
+const maxInlineBody = 64
+
 // bodyRef is where a record's request body is: whether the job has one
 // (nil vs empty: flag bit 1), its length, and whether the record holds it
-// (versions 1 to 3; a full decode copies it into the job) or, from version
-// 4, a b/ key does (when it is not empty). The body never changes once the
-// job is stored, so a rewrite of the record keeps its bodyRef.
+// (every body in versions 1 to 3, one of at most maxInlineBody bytes in
+// version 4; a full decode copies it into the job) or a b/ key does. The
+// body never changes once the job is stored, so a rewrite of the record
+// keeps its bodyRef (a long body of an older record excepted, which moves
+// out: update).
 type bodyRef struct {
 	present bool
 	n       int
 	inline  bool
 }
 
-// apart reports whether the body is under the job's b/ key: exactly when
-// a record of version 4 has a non-empty body.
-func (r bodyRef) apart() bool { return !r.inline && r.n > 0 }
+// apart reports whether the body is under the job's b/ key.
+func (r bodyRef) apart() bool { return !r.inline }
 
-// refOf is the bodyRef of a new job's body, b: under b/ unless empty.
-func refOf(b []byte) bodyRef { return bodyRef{present: b != nil, n: len(b)} }
+// refOf is the bodyRef of a new job's body, b: in the record if it is at
+// most maxInlineBody bytes, under b/ otherwise.
+func refOf(b []byte) bodyRef {
+	return bodyRef{present: b != nil, n: len(b), inline: len(b) <= maxInlineBody}
+}
 
 const (
 	flagHeaders = 1 << iota
@@ -129,14 +142,18 @@ func appendString(b []byte, s string) []byte {
 }
 
 // encodeJob appends the version 4 record of j to b, whose request body is
-// as body says (j.Body is not looked at: the body goes under its b/ key,
-// which the caller writes, and a record rewritten by a later write keeps
-// the bodyRef it had). Fields with no valid encoding (an unknown status,
-// encodable) are an error, so a record that is written can always be read
-// back.
+// as body says: j.Body, of body.n bytes, when the record holds it
+// (body.inline, which must agree with maxInlineBody); otherwise j.Body is
+// not looked at, the body being under its b/ key, which the caller writes
+// (a record rewritten by a later write keeps the bodyRef it had). Fields
+// with no valid encoding (an unknown status, encodable) are an error, so a
+// record that is written can always be read back.
 func encodeJob(b []byte, j *domain.Job, body bodyRef) ([]byte, error) {
 	if err := encodable(j); err != nil {
 		return b, err
+	}
+	if body.inline != (body.n <= maxInlineBody) || (body.inline && len(j.Body) != body.n) || (!body.present && body.n != 0) {
+		return b, fmt.Errorf("encode job %s: request body of %d bytes held as %+v", j.ID, len(j.Body), body)
 	}
 	st := statusCode(j.Status)
 	var flags, dl byte
@@ -213,6 +230,9 @@ func encodeJob(b []byte, j *domain.Job, body bodyRef) ([]byte, error) {
 		b = binary.AppendVarint(b, o.Retry.MaxBackoff.Milliseconds())
 		b = binary.AppendVarint(b, o.Timeout.Milliseconds())
 		b = appendString(appendString(b, o.TraceParent), o.TraceState)
+	}
+	if body.inline {
+		b = append(b, j.Body...)
 	}
 	return append(b, r.Body...), nil
 }
@@ -334,7 +354,7 @@ func decodeRecord(val []byte, full bool) (*domain.Job, bodyRef, error) {
 	respStatus, dlResp := r.varint(), r.varint()
 	dlAttempts := r.count()
 	bodyLen, resBodyLen := r.count(), r.uvarint()
-	ref = bodyRef{present: flags&flagBody != 0, n: int(bodyLen), inline: version < recordVersion}
+	ref = bodyRef{present: flags&flagBody != 0, n: int(bodyLen), inline: version < recordVersion || bodyLen <= maxInlineBody}
 	inlineLen := uint64(0) // the request body's bytes in the record
 	if ref.inline {
 		inlineLen = uint64(bodyLen)
@@ -392,7 +412,7 @@ func decodeRecord(val []byte, full bool) (*domain.Job, bodyRef, error) {
 	}
 	j.ID, j.Queue, j.ReadyQueue, j.Status = domain.JobID(id), domain.QueueKey(lane), domain.QueueKey(readyLane), status
 	j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = storekit.FromMillis(created), storekit.FromMillis(updated), storekit.FromMillis(dispatched), storekit.FromMillis(expires)
-	if ref.present && full && !ref.apart() {
+	if ref.present && full && ref.inline {
 		j.Body = append(make([]byte, 0, inlineLen), val[bodyStart:bodyStart+int(inlineLen)]...)
 	}
 	if flags&flagResult != 0 {

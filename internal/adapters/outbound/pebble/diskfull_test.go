@@ -126,9 +126,14 @@ func TestDiskFullFailsWritesThenRecovers(t *testing.T) {
 	s := openFull(t, dir, &full)
 	defer s.Close()
 
+	// Every other job has a body long enough for a key of its own.
 	var acked []*domain.Job
 	for i := range 20 {
-		j, fresh, err := s.Insert(t.Context(), storetest.NewJob("u", fmt.Sprintf("before%d", i), "a.test:80"))
+		j := storetest.NewJob("u", fmt.Sprintf("before%d", i), "a.test:80")
+		if i%2 == 0 {
+			j.Body = bytes.Repeat([]byte("body "), 200)
+		}
+		j, fresh, err := s.Insert(t.Context(), j)
 		if err != nil || !fresh {
 			t.Fatalf("insert: %v", err)
 		}
@@ -144,7 +149,9 @@ func TestDiskFullFailsWritesThenRecovers(t *testing.T) {
 
 	full.Store(true)
 	for i := range 3 {
-		_, _, err := s.Insert(t.Context(), storetest.NewJob("u", fmt.Sprintf("full%d", i), "a.test:80"))
+		j := storetest.NewJob("u", fmt.Sprintf("full%d", i), "a.test:80")
+		j.Body = bytes.Repeat([]byte("lost "), 200)
+		_, _, err := s.Insert(t.Context(), j)
 		if domain.CodeOf(err) != domain.CodeUnavailable || !strings.Contains(err.Error(), "no space left on device") {
 			t.Fatalf("insert on a full disk: %v, want an unavailable error saying no space left on device", err)
 		}

@@ -67,21 +67,25 @@ func decodeWithBody(rec, body []byte) (*domain.Job, error) {
 
 // inlineForm is the record of version v (3 or older) that holds j's body
 // inline, made from rec, j's version 4 record: the body's bytes go before
-// the result body's, as layout 5 and before wrote them.
+// the result body's, as layout 5 and before wrote them (a version 4
+// record holds a short body there already).
 func inlineForm(rec []byte, j *domain.Job, v byte) []byte {
-	res := 0
-	if j.Result != nil {
-		res = len(j.Result.Body)
+	out := append([]byte(nil), rec...)
+	if !refOf(j.Body).inline {
+		res := 0
+		if j.Result != nil {
+			res = len(j.Result.Body)
+		}
+		out = append(append(append([]byte(nil), rec[:len(rec)-res]...), j.Body...), rec[len(rec)-res:]...)
 	}
-	out := append(append(append([]byte(nil), rec[:len(rec)-res]...), j.Body...), rec[len(rec)-res:]...)
 	out[0] = v
 	return out
 }
 
 // roundTrip encodes j as a new job's record and decodes it with its body,
-// checking on the way that the record holds no byte of a body (which goes
-// under b/) and that the version 3 form of the record, with the body
-// inline, decodes to the same job.
+// checking on the way that the record holds no byte of a body longer than
+// maxInlineBody (which goes under b/) and that the version 3 form of the
+// record, with the body inline, decodes to the same job.
 func roundTrip(t *testing.T, j *domain.Job) *domain.Job {
 	t.Helper()
 	rec := encodeNew(t, j)
@@ -91,15 +95,15 @@ func roundTrip(t *testing.T, j *domain.Job) *domain.Job {
 	if _, ref, err := decodeJob(rec); err != nil || ref != refOf(j.Body) {
 		t.Fatalf("the record's body is %+v, %v; want %+v", ref, err, refOf(j.Body))
 	}
-	if len(j.Body) > 2 && bytes.Contains(rec, j.Body) {
-		t.Fatal("a version 4 record holds the request body")
+	if len(j.Body) > maxInlineBody && bytes.Contains(rec, j.Body) {
+		t.Fatal("a version 4 record holds a long request body")
 	}
 	got, err := decodeWithBody(rec, j.Body)
 	if err != nil {
 		t.Fatalf("decode: %v", err)
 	}
 	old, ref, err := decodeJob(inlineForm(rec, j, recordVersionV3))
-	if err != nil || !reflect.DeepEqual(old, got) || !ref.inline || ref.apart() {
+	if err != nil || !reflect.DeepEqual(old, got) || !ref.inline {
 		t.Fatalf("the version 3 form decodes to %+v (%+v), %v; want %+v", old, ref, err, got)
 	}
 	return got
@@ -131,7 +135,11 @@ func TestCodecRoundTrip(t *testing.T) {
 		"empty strings": func(j *domain.Job) {
 			j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, j.WebhookURL, j.Queue, j.ReadyQueue = "", "", "", "", "", "", "", ""
 		},
-		"large body": func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xab}, 1<<20) },
+		"large body":               func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xab}, 1<<20) },
+		"body at the inline limit": func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xcd}, maxInlineBody) },
+		"body past the inline limit": func(j *domain.Job) {
+			j.Body = bytes.Repeat([]byte{0xcd}, maxInlineBody+1)
+		},
 		"no history": func(j *domain.Job) { j.History = nil },
 		"no options": func(j *domain.Job) { j.JobOptions = domain.JobOptions{} },
 		"only a priority": func(j *domain.Job) {
@@ -233,25 +241,35 @@ func TestCodecTruncatesToMilliseconds(t *testing.T) {
 }
 
 func TestCodecDoesNotAliasItsInput(t *testing.T) {
-	rec := encodeNew(t, fullJob())
-	body := append([]byte(nil), fullJob().Body...)
-	old := inlineForm(rec, fullJob(), recordVersionV3)
-	got, err := decodeWithBody(rec, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gotOld, _, err := decodeJob(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range [][]byte{rec, body, old} {
-		for i := range b {
-			b[i] = 0xee
+	for _, mk := range []func() *domain.Job{fullJob, longBodyJob} {
+		rec := encodeNew(t, mk())
+		body := append([]byte(nil), mk().Body...)
+		old := inlineForm(rec, mk(), recordVersionV3)
+		got, err := decodeWithBody(rec, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotOld, _, err := decodeJob(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range [][]byte{rec, body, old} {
+			for i := range b {
+				b[i] = 0xee
+			}
+		}
+		if !reflect.DeepEqual(got, mk()) || !reflect.DeepEqual(gotOld, mk()) {
+			t.Fatal("the decoded job changed with the buffer it was decoded from")
 		}
 	}
-	if !reflect.DeepEqual(got, fullJob()) || !reflect.DeepEqual(gotOld, fullJob()) {
-		t.Fatal("the decoded job changed with the buffer it was decoded from")
-	}
+}
+
+// longBodyJob is fullJob with a body too long for the record, which goes
+// under b/.
+func longBodyJob() *domain.Job {
+	j := fullJob()
+	j.Body = bytes.Repeat([]byte{1, 2, 3, 0xff}, 100)
+	return j
 }
 
 func TestCodecRejectsWhatItCannotEncode(t *testing.T) {
@@ -276,8 +294,8 @@ func TestCodecRejectsWhatItCannotEncode(t *testing.T) {
 // changes of a record either decode or fail cleanly, never panic; an unknown
 // version fails.
 func TestCodecRejectsCorruptRecords(t *testing.T) {
-	rec := encodeNew(t, fullJob())
-	for _, rec := range [][]byte{rec, inlineForm(rec, fullJob(), recordVersionV3)} {
+	short, long := encodeNew(t, fullJob()), encodeNew(t, longBodyJob())
+	for _, rec := range [][]byte{short, long, inlineForm(long, longBodyJob(), recordVersionV3)} {
 		for n := range len(rec) {
 			if _, _, err := decodeJob(rec[:n]); err == nil {
 				t.Fatalf("a record of version %d truncated to %d of %d bytes decoded", rec[0], n, len(rec))
@@ -447,7 +465,7 @@ func TestOneGroupSeesItsOwnWrites(t *testing.T) {
 }
 
 func FuzzDecodeJob(f *testing.F) {
-	for _, j := range []*domain.Job{fullJob(), {ID: "x", Status: domain.StatusQueued}} {
+	for _, j := range []*domain.Job{fullJob(), longBodyJob(), {ID: "x", Status: domain.StatusQueued}} {
 		rec := encodeNew(f, j)
 		f.Add(rec)
 		f.Add(inlineForm(rec, j, recordVersionV3))
@@ -458,16 +476,15 @@ func FuzzDecodeJob(f *testing.F) {
 			return
 		}
 		// Whatever decodes encodes back (as a rewrite does: version 4, a
-		// non-empty body apart) to a record that decodes the same.
+		// long body apart) to a record that decodes the same.
+		if ref.n > maxInlineBody {
+			j.Body, ref.inline = nil, false // under b/ now, or already
+		}
 		again, err := encodeJob(nil, j, ref)
 		if err != nil {
 			t.Fatalf("decoded job does not encode: %v", err)
 		}
 		j2, ref2, err := decodeJob(again)
-		if ref.n > 0 {
-			j.Body = nil // under b/ now
-		}
-		ref.inline = false
 		if err != nil || !reflect.DeepEqual(j, j2) || ref2 != ref {
 			t.Fatalf("re-encoded record decodes to %+v (%+v), %v; want %+v (%+v)", j2, ref2, err, j, ref)
 		}

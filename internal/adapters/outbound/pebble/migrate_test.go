@@ -600,9 +600,10 @@ func checkLayout5Bodies(t *testing.T, s *Store) []*domain.Job {
 // TestMigrateLayout5: a store written by the layout 5 build opens and is
 // migrated to layout 6 by its format key alone: its version 3 records,
 // bodies inline, stay byte for byte and read with their bodies. A write
-// to such a job rewrites its record as version 4 and moves a non-empty
-// body out to b/ (once: the writes after that leave it there); deletes
-// and purges leave no body behind, of old records or new.
+// to such a job rewrites its record as version 4 and moves a body longer
+// than maxInlineBody out to b/ (once: the writes after that leave it
+// there; a short one stays in the record); deletes and purges leave no
+// body behind, of old records or new.
 func TestMigrateLayout5(t *testing.T) {
 	dir := copyLayout5(t)
 	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV5 {
@@ -657,7 +658,7 @@ func TestMigrateLayout5(t *testing.T) {
 	for _, j := range all {
 		var err error
 		switch {
-		case v3 == nil && len(j.Body) > 0:
+		case v3 == nil && len(j.Body) > maxInlineBody:
 			v3 = j
 			continue
 		case j.Status == domain.StatusQueued && j.Scheduled():
@@ -693,7 +694,7 @@ func TestMigrateLayout5(t *testing.T) {
 		if rec[0] != recordVersion {
 			t.Fatalf("record of a rewritten job is of version %d", rec[0])
 		}
-		if len(j.Body) > 0 {
+		if len(j.Body) > maxInlineBody {
 			wantKeys++
 			if bytes.Contains(rec, j.Body) {
 				t.Fatalf("the rewritten record of %s still holds its body", j.ID)
@@ -701,7 +702,7 @@ func TestMigrateLayout5(t *testing.T) {
 		}
 	}
 	if n := bodyKeys(t, s); n != wantKeys {
-		t.Fatalf("%d body keys after the writes, want %d (the rewritten jobs with a body)", n, wantKeys)
+		t.Fatalf("%d body keys after the writes, want %d (the rewritten jobs with a long body)", n, wantKeys)
 	}
 	checkIndexes(t, s)
 	checkLayout5Bodies(t, s)
@@ -712,7 +713,7 @@ func TestMigrateLayout5(t *testing.T) {
 	if rawRecord(t, s, v3.ID)[0] != recordVersionV3 {
 		t.Fatal("the job left alone was rewritten")
 	}
-	i := slices.IndexFunc(moved, func(j *domain.Job) bool { return len(j.Body) > 0 })
+	i := slices.IndexFunc(moved, func(j *domain.Job) bool { return len(j.Body) > maxInlineBody })
 	for _, id := range []domain.JobID{moved[i].ID, v3.ID} {
 		if err := s.Delete(ctx, id); err != nil {
 			t.Fatal(err)

@@ -380,13 +380,16 @@ func (w *wbatch) putSchedule(old, j *domain.Job) {
 }
 
 // update encodes and writes upd, a changed copy of old, which load read
-// with ref. The request body stays where it is, under b/, and is not
-// written again; a body held inline by an older record (version 3 and
-// before, which load decoded into old) moves out to b/ now, as the record
-// becomes version 4 — written once, like a new job's.
+// with ref. The request body stays where it is: under b/, not written
+// again, or in the record (at most maxInlineBody bytes). A longer body
+// held inline by an older record (version 3 and before, which load
+// decoded into old) moves out to b/ now, as the record becomes version 4 —
+// written once, like a new job's.
 func (w *wbatch) update(old *domain.Job, ref bodyRef, upd *domain.Job) error {
-	moving := ref.inline && ref.n > 0
-	ref.inline = false
+	moving := ref.inline && ref.n > maxInlineBody
+	if moving {
+		ref.inline = false
+	}
 	var err error
 	if w.s.vbuf, err = encodeJob(w.s.vbuf[:0], upd, ref); err != nil {
 		return err
