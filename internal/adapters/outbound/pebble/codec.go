@@ -63,8 +63,8 @@ const (
 	flagResultBody
 	flagTruncated
 	flagDelivery
-	flagSchedule // version 3: not_before, deadline and priority follow the history
-	flagOptions  // version 3: the retry policy, timeout and trace context follow
+	flagSchedule // version 3 on: not_before, deadline and priority follow the history
+	flagOptions  // version 3 on: the retry policy, timeout and trace context follow
 )
 
 // Status codes, shared by records and the ready index's state byte.

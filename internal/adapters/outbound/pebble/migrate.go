@@ -232,11 +232,12 @@ func (s *Store) migrate4() error {
 
 // migrate5 brings a layout 5 store to layout 6 before the writer starts:
 // m/format becomes 6, in one synced write, and nothing else changes.
-// Layout 6 adds version 4 records, whose request body is under b/ (which
-// a layout 5 build would read as a job without a body); the version 3
-// records already stored keep their bodies inline and are read as they
-// are until a write rewrites them as version 4. A crash before the write
-// leaves layout 5, and the next open migrates it again.
+// Layout 6 adds version 4 records, whose long request bodies are under b/
+// (a layout 5 build, which the format now refuses, would fail on every such
+// record); the version 3 records already stored keep their bodies inline
+// and are read as they are until a write rewrites them as version 4. A
+// crash before the write leaves layout 5, and the next open migrates it
+// again.
 func (s *Store) migrate5() error {
 	if err := s.db.Set(keyFormat, []byte{layoutVersion}, pebble.Sync); err != nil {
 		return err
