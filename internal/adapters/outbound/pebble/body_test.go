@@ -68,6 +68,10 @@ func TestBodyIsWrittenOnce(t *testing.T) {
 		checkIndexes(t, s)
 	}
 	check("Insert")
+	if page, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: "a.test:80", Priority: domain.PriorityNormal, Limit: 10,
+		Now: time.Now()}); err != nil || len(page) != 1 || !bytes.Equal(page[0].Body, body) {
+		t.Fatalf("ListReady = %+v, %v", page, err)
+	}
 	steps := []struct {
 		name string
 		do   func() error

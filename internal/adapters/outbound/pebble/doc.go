@@ -56,13 +56,16 @@
 // Get, Lookup, ListReady, Position, ReadyQueues, Counts, NextDue and Overdue
 // read the database directly with point lookups and bounded iterators, never
 // through the writer. Position reads only the ready index, never a record.
-// Every read that returns a job reads its request body too, a second point
-// read under b/ (below) after the record's; no snapshot is needed for the
-// two to agree, as a body never changes while its record lives and its key
-// goes only with the record: a body missing after its record was read
-// means the job was deleted in between (it reads as gone), unless the
-// record is still there (a corrupt store). Reads that only look at jobs —
-// Counts, CountJobs, the ledger, DeleteFinished's and ResetStale's
+// Every read that returns a job reads its request body too, if it is under
+// b/ (below). Get, Lookup and Overdue make a second point read after the
+// record's; no snapshot is needed for the two to agree, as a body never
+// changes while its record lives and its key goes only with the record: a
+// body missing after its record was read means the job was deleted in
+// between (it reads as gone), unless the record is still there (a corrupt
+// store). ListReady and ListJobs read a page in one snapshot and its
+// bodies through one iterator over b/, in about id order, so that each
+// seek moves forward from the last (bodyReader). Reads that only look at
+// jobs — Counts, CountJobs, the ledger, DeleteFinished's and ResetStale's
 // candidates, RecoverInFlight, Purge — read no body.
 // Counts reads three counters (c/ below) and the w/ range up to now, in
 // one snapshot: the counters count a job until it is purged, so the

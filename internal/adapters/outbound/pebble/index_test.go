@@ -335,10 +335,22 @@ var workFilters = []domain.JobFilter{
 	{Statuses: []domain.Status{"bogus"}},
 }
 
-// checkQueries compares listings and counts with the reference.
+// checkQueries compares listings and counts with the reference, and
+// checks the bodies of the jobs ListReady returns.
 func (w *workload) checkQueries(filters []domain.JobFilter) {
 	t := w.t
 	all := w.reference()
+	for _, lane := range []domain.QueueKey{"a.test:80", "b.test:443", "pool:p1", "a.test:80|acme", "hooks.test:80"} {
+		for _, p := range domain.Priorities {
+			page, err := w.s.ListReady(t.Context(), &ports.ListReadyParams{Queue: lane, Priority: p, Limit: 1000, Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range page {
+				w.checkBody("ListReady", j)
+			}
+		}
+	}
 	for _, f := range filters {
 		var want []domain.JobID
 		wantCounts := map[domain.Status]int64{}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -288,10 +287,7 @@ func (s *Store) ListJobs(_ context.Context, p *ports.ListJobsParams) ([]*domain.
 		if err != nil {
 			return errors.Join(err, closeStreams(ss))
 		}
-		bodies, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefixBody, UpperBound: prefixEnd(prefixBody)})
-		if err != nil {
-			return errors.Join(err, recs.Close(), closeStreams(ss))
-		}
+		bodies := &bodyReader{r: snap}
 		for len(out) < limit {
 			cands, err := q.candidates(ss, limit-len(out))
 			if err == nil && len(cands) == 0 {
@@ -301,10 +297,10 @@ func (s *Store) ListJobs(_ context.Context, p *ports.ListJobsParams) ([]*domain.
 				out, err = q.load(recs, bodies, cands, p, out)
 			}
 			if err != nil {
-				return errors.Join(err, bodies.Close(), recs.Close(), closeStreams(ss))
+				return errors.Join(err, bodies.close(), recs.Close(), closeStreams(ss))
 			}
 		}
-		return errors.Join(bodies.Close(), recs.Close(), closeStreams(ss))
+		return errors.Join(bodies.close(), recs.Close(), closeStreams(ss))
 	})
 	if err != nil {
 		return nil, wrapRead("list jobs", err)
@@ -345,7 +341,7 @@ func (q *query) candidates(ss []*stream, n int) ([]candidate, error) {
 // out, in the order of cands. The request bodies under b/ of the jobs it
 // returns are read through bodies the same way (b/ keys are in the same
 // order), from the same snapshot.
-func (q *query) load(recs, bodies *pebble.Iterator, cands []candidate, p *ports.ListJobsParams, out []*domain.Job) ([]*domain.Job, error) {
+func (q *query) load(recs *pebble.Iterator, bodies *bodyReader, cands []candidate, p *ports.ListJobsParams, out []*domain.Job) ([]*domain.Job, error) {
 	order := make([]int, len(cands))
 	for i := range order {
 		order[i] = i
@@ -370,15 +366,8 @@ func (q *query) load(recs, bodies *pebble.Iterator, cands []candidate, p *ports.
 		case j.Expired(p.Now) || !q.f.Matches(j):
 			continue
 		}
-		if ref.apart() {
-			k := bodyKey(nil, j.ID)
-			switch {
-			case !bodies.SeekGE(k) || !bytes.Equal(bodies.Key(), k):
-				return out, errors.Join(bodies.Error(), fmt.Errorf("job %s: %w", j.ID, errMissingBody))
-			case len(bodies.Value()) != ref.n:
-				return out, fmt.Errorf("job %s: body of %d bytes, its record says %d: %w", j.ID, len(bodies.Value()), ref.n, errCorrupt)
-			}
-			j.Body = append(make([]byte, 0, ref.n), bodies.Value()...)
+		if err := bodies.read(j, ref); err != nil {
+			return out, err
 		}
 		jobs[i] = j
 	}
