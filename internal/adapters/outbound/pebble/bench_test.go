@@ -235,3 +235,23 @@ func BenchmarkListJobs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkListReadyBody1KiB reads pages of 100 ready jobs with 1 KiB
+// bodies, at random places in a lane of -pebble.ready queued jobs (the
+// dispatcher's read, mostly from outside the block cache at this size).
+func BenchmarkListReadyBody1KiB(b *testing.B) {
+	s := openBench(b, 0)
+	defer s.Close()
+	storetest.FillBacklog(b, s, *benchReady)
+	rng := rand.New(rand.NewPCG(3, 4))
+	b.ResetTimer()
+	for b.Loop() {
+		page, err := s.ListReady(b.Context(), &ports.ListReadyParams{Queue: storetest.BacklogLane, Priority: domain.PriorityNormal,
+			AfterSeq: rng.Int64N(int64(*benchReady) - 100), Limit: 100, Now: time.Now()})
+		if err != nil || len(page) != 100 {
+			b.Fatalf("ListReady = %d jobs, %v", len(page), err)
+		}
+	}
+}
+
+var benchReady = flag.Int("pebble.ready", 200_000, "jobs queued in the lane BenchmarkListReadyBody1KiB reads")

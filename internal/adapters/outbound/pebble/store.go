@@ -496,11 +496,11 @@ func wrapRead(what string, err error) error {
 }
 
 // ListReady implements ports.JobStore: one priority's range of the lane in
-// the ready index, from just after p.AfterSeq, in one snapshot. Each
-// entry's record is a point read; the bodies under b/ are read through one
-// iterator (bodyReader): a lane's jobs are ready in about the order they
-// were inserted, which is their ids' order, so each seek moves forward
-// from the last.
+// the ready index, from just after p.AfterSeq, in one snapshot. The
+// entries' records are read through one iterator over j/, and their bodies
+// under b/ through another (bodyReader): a lane's jobs are ready in about
+// the order they were inserted, which is their ids' order, so each seek
+// moves forward from the last.
 func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
 	if p.Limit <= 0 || !p.Priority.Valid() {
 		return nil, nil
@@ -514,7 +514,13 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 		if err != nil {
 			return err
 		}
+		recs, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefixJob, UpperBound: prefixEnd(prefixJob)})
+		if err != nil {
+			return errors.Join(err, it.Close())
+		}
 		bodies := bodyReader{r: snap}
+		closeAll := func(err error) error { return errors.Join(err, it.Error(), bodies.close(), recs.Close(), it.Close()) }
+		var key []byte
 		now := storekit.Millis(p.Now)
 		for ok := it.First(); ok && len(out) < p.Limit; ok = it.Next() {
 			state, exp, id, ok := parseReady(it.Value())
@@ -522,22 +528,32 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 				continue
 			}
 			_, _, readySeq, _ := parseReadyKey(it.Key())
-			j, ref, err := loadRecord(snap, jobKey(nil, domain.JobID(id)), domain.JobID(id))
+			key = jobKeyBytes(key[:0], id)
+			if !recs.SeekGE(key) || !bytes.Equal(recs.Key(), key) {
+				if err := recs.Error(); err != nil {
+					return closeAll(err)
+				}
+				continue // no record: the entry is stale (every write keeps them together)
+			}
+			j, ref, err := decodeJob(recs.Value())
+			if err == nil && string(j.ID) != string(id) {
+				err = errCorrupt
+			}
 			if err != nil {
-				return errors.Join(err, bodies.close(), it.Close())
+				return closeAll(fmt.Errorf("job %s: %w", id, err))
 			}
 			// A record the index does not describe is skipped, as a
-			// record is the truth (every write keeps them together).
-			if j == nil || j.ReadyQueue != p.Queue || j.ReadySeq != readySeq || j.Priority != p.Priority ||
+			// record is the truth.
+			if j.ReadyQueue != p.Queue || j.ReadySeq != readySeq || j.Priority != p.Priority ||
 				j.Status == domain.StatusInFlight || j.Expired(p.Now) {
 				continue
 			}
 			if err := bodies.read(j, ref); err != nil {
-				return errors.Join(err, bodies.close(), it.Close())
+				return closeAll(err)
 			}
 			out = append(out, j)
 		}
-		return errors.Join(it.Error(), bodies.close(), it.Close())
+		return closeAll(nil)
 	})
 	if err != nil {
 		return nil, wrapRead("list ready jobs", err)
