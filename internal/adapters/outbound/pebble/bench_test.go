@@ -3,6 +3,7 @@ package pebble_test
 import (
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,20 +28,41 @@ func openBench(b *testing.B, wal time.Duration) *pebble.Store {
 	return s
 }
 
-// report adds the mean group size and the CPU time per op (all goroutines,
+// report adds the mean group size, the CPU time per op (all goroutines,
 // Pebble's background work included), which the wall time per op hides on a
-// busy machine.
+// busy machine, and the bytes Pebble wrote per op: to the WAL, and to
+// tables (the memtable flushed once the timer stops, so that every op's
+// writes are counted, plus whatever compactions rewrote meanwhile).
 func report(b *testing.B, s *pebble.Store, cpuStart time.Duration) {
+	b.StopTimer()
 	st := s.Stats()
 	b.ReportMetric(float64(st.Ops)/float64(max(st.Commits, 1)), "ops/commit")
 	if cpuStart >= 0 {
 		b.ReportMetric(float64((storetest.CPUTime()-cpuStart).Microseconds())/float64(b.N), "cpu-µs/op")
 	}
+	wal, tables, err := pebble.WrittenBytes(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(wal)/float64(b.N), "walB/op")
+	b.ReportMetric(float64(tables)/float64(b.N), "tableB/op")
 }
+
+// body1KiB is the request body of the Body1KiB benchmarks: 1 KiB of hex,
+// as the backlog benchmarks queue.
+var body1KiB = storetest.BacklogJob("x", rand.New(rand.NewPCG(1, 2))).Body
 
 // BenchmarkInsertParallel measures durable inserts from many goroutines:
 // the group commit's throughput.
-func BenchmarkInsertParallel(b *testing.B) {
+func BenchmarkInsertParallel(b *testing.B) { benchInsert(b, nil) }
+
+// BenchmarkInsertParallelBody1KiB is BenchmarkInsertParallel with a request
+// body of 1 KiB (storetest.NewJob's is 7 bytes).
+func BenchmarkInsertParallelBody1KiB(b *testing.B) { benchInsert(b, body1KiB) }
+
+// benchInsert runs the insert benchmark, with body as every job's request
+// body unless it is nil.
+func benchInsert(b *testing.B, body []byte) {
 	for _, wal := range walIntervals {
 		b.Run(fmt.Sprintf("wal=%v", wal), func(b *testing.B) {
 			s := openBench(b, wal)
@@ -52,6 +74,9 @@ func BenchmarkInsertParallel(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					j := storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80")
+					if body != nil {
+						j.Body = body
+					}
 					if _, _, err := s.Insert(b.Context(), j); err != nil {
 						b.Fatal(err)
 					}
@@ -64,7 +89,17 @@ func BenchmarkInsertParallel(b *testing.B) {
 
 // BenchmarkLifecycle runs the store side of one job with a webhook: insert,
 // finish (the delivery becomes due), finish the delivery.
-func BenchmarkLifecycle(b *testing.B) {
+func BenchmarkLifecycle(b *testing.B) { benchLifecycle(b, nil) }
+
+// BenchmarkLifecycleBody1KiB is BenchmarkLifecycle with a request body of
+// 1 KiB and the dispatch's MarkInFlight too: the four writes of a job with
+// a webhook, each of which rewrote the job's record (and with it the body)
+// before layout 6.
+func BenchmarkLifecycleBody1KiB(b *testing.B) { benchLifecycle(b, body1KiB) }
+
+// benchLifecycle runs the lifecycle benchmark; with a body (not nil), every
+// job carries it and is marked in flight before it finishes.
+func benchLifecycle(b *testing.B, body []byte) {
 	for _, wal := range walIntervals {
 		b.Run(fmt.Sprintf("wal=%v", wal), func(b *testing.B) {
 			s := openBench(b, wal)
@@ -75,9 +110,18 @@ func BenchmarkLifecycle(b *testing.B) {
 			cpu := storetest.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					j, _, err := s.Insert(b.Context(), storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80"))
+					j := storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80")
+					if body != nil {
+						j.Body = body
+					}
+					j, _, err := s.Insert(b.Context(), j)
 					if err != nil {
 						b.Fatal(err)
+					}
+					if body != nil {
+						if err := s.MarkInFlight(b.Context(), &ports.MarkInFlightParams{ID: j.ID, Seq: j.Seq, At: time.Now()}); err != nil {
+							b.Fatal(err)
+						}
 					}
 					res := &domain.Result{ResponseStatus: 200, Body: []byte(`{"ok":true}`)}
 					if _, err := s.Finish(b.Context(), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusCompleted, Attempts: 1,
@@ -191,3 +235,23 @@ func BenchmarkListJobs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkListReadyBody1KiB reads pages of 100 ready jobs with 1 KiB
+// bodies, at random places in a lane of -pebble.ready queued jobs (the
+// dispatcher's read, mostly from outside the block cache at this size).
+func BenchmarkListReadyBody1KiB(b *testing.B) {
+	s := openBench(b, 0)
+	defer s.Close()
+	storetest.FillBacklog(b, s, *benchReady)
+	rng := rand.New(rand.NewPCG(3, 4))
+	b.ResetTimer()
+	for b.Loop() {
+		page, err := s.ListReady(b.Context(), &ports.ListReadyParams{Queue: storetest.BacklogLane, Priority: domain.PriorityNormal,
+			AfterSeq: rng.Int64N(int64(*benchReady) - 100), Limit: 100, Now: time.Now()})
+		if err != nil || len(page) != 100 {
+			b.Fatalf("ListReady = %d jobs, %v", len(page), err)
+		}
+	}
+}
+
+var benchReady = flag.Int("pebble.ready", 200_000, "jobs queued in the lane BenchmarkListReadyBody1KiB reads")

@@ -12,15 +12,49 @@ import (
 )
 
 // recordVersion is the first byte of every record this package writes.
-// Version 1 records (layout 2) lack the history, version 2 records (layout
-// 3) the job options; both are read as they are (a version 2 record is a
-// job with no options) and rewritten as version 3 when the job next
-// changes.
+// Version 4 (layout 6) keeps a request body of more than maxInlineBody
+// bytes under its own key (b/), not in the record. Version 3 and older
+// records hold every body inline; version 1 records (layout 2) lack the history too, version 2
+// records (layout 3) the job options. All are read as they are (a version
+// 2 record is a job with no options) and rewritten as version 4 when the
+// job next changes, the body moving out to b/ then.
 const (
-	recordVersion   = 3
+	recordVersion   = 4
+	recordVersionV3 = 3
 	recordVersionV2 = 2
 	recordVersionV1 = 1
 )
+
+// maxInlineBody is the longest request body a version 4 record holds
+// inline; a longer one is under b/. Part of the format: a record of
+// version 4 says only the body's length, and the length says where it is.
+// A key of its own costs a job about 40 bytes more of WAL and tables (the
+// key and its single delete) and a memtable insert, which the body's bytes
+// saved on each later write of the record (three in a lifecycle with a
+// webhook) repay only from a few tens of bytes on.
+const maxInlineBody = 64
+
+// bodyRef is where a record's request body is: whether the job has one
+// (nil vs empty: flag bit 1), its length, and whether the record holds it
+// (every body in versions 1 to 3, one of at most maxInlineBody bytes in
+// version 4; a full decode copies it into the job) or a b/ key does. The
+// body never changes once the job is stored, so a rewrite of the record
+// keeps its bodyRef (a long body of an older record excepted, which moves
+// out: update).
+type bodyRef struct {
+	present bool
+	n       int
+	inline  bool
+}
+
+// apart reports whether the body is under the job's b/ key.
+func (r bodyRef) apart() bool { return !r.inline }
+
+// refOf is the bodyRef of a new job's body, b: in the record if it is at
+// most maxInlineBody bytes, under b/ otherwise.
+func refOf(b []byte) bodyRef {
+	return bodyRef{present: b != nil, n: len(b), inline: len(b) <= maxInlineBody}
+}
 
 const (
 	flagHeaders = 1 << iota
@@ -29,8 +63,8 @@ const (
 	flagResultBody
 	flagTruncated
 	flagDelivery
-	flagSchedule // version 3: not_before, deadline and priority follow the history
-	flagOptions  // version 3: the retry policy, timeout and trace context follow
+	flagSchedule // version 3 on: not_before, deadline and priority follow the history
+	flagOptions  // version 3 on: the retry policy, timeout and trace context follow
 )
 
 // Status codes, shared by records and the ready index's state byte.
@@ -107,19 +141,26 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// encodeJob appends the record of j to b. Fields with no valid encoding (an
-// unknown status, encodable) are an error, so a record that is written can
-// always be read back.
-func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
+// encodeJob appends the version 4 record of j to b, whose request body is
+// as body says: j.Body, of body.n bytes, when the record holds it
+// (body.inline, which must agree with maxInlineBody); otherwise j.Body is
+// not looked at, the body being under its b/ key, which the caller writes
+// (a record rewritten by a later write keeps the bodyRef it had). Fields
+// with no valid encoding (an unknown status, encodable) are an error, so a
+// record that is written can always be read back.
+func encodeJob(b []byte, j *domain.Job, body bodyRef) ([]byte, error) {
 	if err := encodable(j); err != nil {
 		return b, err
+	}
+	if body.inline != (body.n <= maxInlineBody) || (body.inline && len(j.Body) != body.n) || (!body.present && body.n != 0) {
+		return b, fmt.Errorf("encode job %s: request body of %d bytes held as %+v", j.ID, len(j.Body), body)
 	}
 	st := statusCode(j.Status)
 	var flags, dl byte
 	if j.Headers != nil {
 		flags |= flagHeaders
 	}
-	if j.Body != nil {
+	if body.present {
 		flags |= flagBody
 	}
 	r, d := j.Result, j.Delivery
@@ -161,7 +202,7 @@ func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 	b = binary.AppendVarint(b, int64(r.ResponseStatus))
 	b = binary.AppendVarint(b, int64(d.ResponseStatus))
 	b = binary.AppendUvarint(b, uint64(d.Attempts))
-	b = binary.AppendUvarint(b, uint64(len(j.Body)))
+	b = binary.AppendUvarint(b, uint64(body.n))
 	b = binary.AppendUvarint(b, uint64(len(r.Body)))
 	for _, s := range [...]string{string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method,
 		j.WebhookURL, string(j.Queue), string(j.ReadyQueue), r.ContentType, r.Reason, d.Reason} {
@@ -190,7 +231,9 @@ func encodeJob(b []byte, j *domain.Job) ([]byte, error) {
 		b = binary.AppendVarint(b, o.Timeout.Milliseconds())
 		b = appendString(appendString(b, o.TraceParent), o.TraceState)
 	}
-	b = append(b, j.Body...)
+	if body.inline {
+		b = append(b, j.Body...)
+	}
 	return append(b, r.Body...), nil
 }
 
@@ -272,28 +315,35 @@ func (r *decoder) str(s string) string {
 	return v
 }
 
-// decodeJob rebuilds a job from its record. It copies everything it keeps, so
-// val may be reused once it returns.
-func decodeJob(val []byte) (*domain.Job, error) { return decodeRecord(val, true) }
+// decodeJob rebuilds a job from its record, and says where its request
+// body is. A body the record holds (an older version's, or an empty one)
+// is in the job; one under its b/ key (ref.apart()) is not: the caller
+// reads it (loadJob) if it returns the job, or keeps ref for a rewrite. It
+// copies everything it keeps, so val may be reused once it returns.
+func decodeJob(val []byte) (*domain.Job, bodyRef, error) { return decodeRecord(val, true) }
 
 // decodeMeta is decodeJob without the request and result bodies, headers
 // and history, for filters and counts that look at a job without returning
 // it.
-func decodeMeta(val []byte) (*domain.Job, error) { return decodeRecord(val, false) }
+func decodeMeta(val []byte) (*domain.Job, error) {
+	j, _, err := decodeRecord(val, false)
+	return j, err
+}
 
-func decodeRecord(val []byte, full bool) (*domain.Job, error) {
+func decodeRecord(val []byte, full bool) (*domain.Job, bodyRef, error) {
+	var ref bodyRef
 	if len(val) == 0 {
-		return nil, errCorrupt
+		return nil, ref, errCorrupt
 	}
 	version := val[0]
-	if version != recordVersion && version != recordVersionV2 && version != recordVersionV1 {
-		return nil, fmt.Errorf("job record version %d: %w (this build reads versions %d to %d)", val[0], errCorrupt,
+	if version < recordVersionV1 || version > recordVersion {
+		return nil, ref, fmt.Errorf("job record version %d: %w (this build reads versions %d to %d)", val[0], errCorrupt,
 			recordVersionV1, recordVersion)
 	}
 	r := decoder{b: val, off: 1}
 	flags, stc, dlc := r.byte(), r.byte(), r.byte()
-	if version < recordVersion && flags&(flagSchedule|flagOptions) != 0 {
-		return nil, errCorrupt // older versions had no options
+	if version < recordVersionV3 && flags&(flagSchedule|flagOptions) != 0 {
+		return nil, ref, errCorrupt // older versions had no options
 	}
 	j := &domain.Job{}
 	j.Seq = r.count()
@@ -303,11 +353,17 @@ func decodeRecord(val []byte, full bool) (*domain.Job, error) {
 	created, updated, dispatched, expires := r.varint(), r.varint(), r.varint(), r.varint()
 	respStatus, dlResp := r.varint(), r.varint()
 	dlAttempts := r.count()
-	bodyLen, resBodyLen := r.uvarint(), r.uvarint()
-	if rest := uint64(len(val) - r.off); r.bad || bodyLen > rest || resBodyLen > rest-bodyLen {
-		return nil, errCorrupt
+	bodyLen, resBodyLen := r.count(), r.uvarint()
+	ref = bodyRef{present: flags&flagBody != 0, n: int(bodyLen), inline: version < recordVersion || bodyLen <= maxInlineBody}
+	inlineLen := uint64(0) // the request body's bytes in the record
+	if ref.inline {
+		inlineLen = uint64(bodyLen)
 	}
-	bodyStart := len(val) - int(bodyLen+resBodyLen)
+	if rest := uint64(len(val) - r.off); r.bad || inlineLen > rest || resBodyLen > rest-inlineLen ||
+		(!ref.present && bodyLen != 0) || bodyLen > math.MaxInt32 {
+		return nil, ref, errCorrupt
+	}
+	bodyStart := len(val) - int(inlineLen+resBodyLen)
 	s := string(val[:bodyStart]) // one copy for every string of the record
 	var ctype, reason, dlReason string
 	var id, lane, readyLane string
@@ -317,7 +373,7 @@ func decodeRecord(val []byte, full bool) (*domain.Job, error) {
 	ctype, reason, dlReason = r.str(s), r.str(s), r.str(s)
 	nh := r.uvarint()
 	if r.bad || r.off > bodyStart || nh > uint64(bodyStart-r.off)/2 {
-		return nil, errCorrupt
+		return nil, ref, errCorrupt
 	}
 	switch {
 	case flags&flagHeaders != 0 && full:
@@ -352,29 +408,29 @@ func decodeRecord(val []byte, full bool) (*domain.Job, error) {
 	}
 	status, okStatus := statusOf(stc)
 	if r.bad || r.off != bodyStart || !okStatus {
-		return nil, errCorrupt
+		return nil, ref, errCorrupt
 	}
 	j.ID, j.Queue, j.ReadyQueue, j.Status = domain.JobID(id), domain.QueueKey(lane), domain.QueueKey(readyLane), status
 	j.CreatedAt, j.UpdatedAt, j.DispatchedAt, j.ExpiresAt = storekit.FromMillis(created), storekit.FromMillis(updated), storekit.FromMillis(dispatched), storekit.FromMillis(expires)
-	if flags&flagBody != 0 && full {
-		j.Body = append(make([]byte, 0, bodyLen), val[bodyStart:bodyStart+int(bodyLen)]...)
+	if ref.present && full && ref.inline {
+		j.Body = append(make([]byte, 0, inlineLen), val[bodyStart:bodyStart+int(inlineLen)]...)
 	}
 	if flags&flagResult != 0 {
 		res := &domain.Result{ResponseStatus: int(respStatus), BodyTruncated: flags&flagTruncated != 0,
 			ContentType: ctype, Reason: reason}
 		if flags&flagResultBody != 0 && full {
-			res.Body = append(make([]byte, 0, resBodyLen), val[bodyStart+int(bodyLen):]...)
+			res.Body = append(make([]byte, 0, resBodyLen), val[bodyStart+int(inlineLen):]...)
 		}
 		j.Result = res
 	}
 	if flags&flagDelivery != 0 {
 		ds, ok := deliveryOf(dlc)
 		if !ok {
-			return nil, errCorrupt
+			return nil, ref, errCorrupt
 		}
 		j.Delivery = &domain.Delivery{Status: ds, Attempts: int(dlAttempts), ResponseStatus: int(dlResp), Reason: dlReason}
 	}
-	return j, nil
+	return j, ref, nil
 }
 
 // history reads a record's attempt history, keeping it if keep; nil when

@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -125,9 +126,14 @@ func TestDiskFullFailsWritesThenRecovers(t *testing.T) {
 	s := openFull(t, dir, &full)
 	defer s.Close()
 
+	// Every other job has a body long enough for a key of its own.
 	var acked []*domain.Job
 	for i := range 20 {
-		j, fresh, err := s.Insert(t.Context(), storetest.NewJob("u", fmt.Sprintf("before%d", i), "a.test:80"))
+		j := storetest.NewJob("u", fmt.Sprintf("before%d", i), "a.test:80")
+		if i%2 == 0 {
+			j.Body = bytes.Repeat([]byte("body "), 200)
+		}
+		j, fresh, err := s.Insert(t.Context(), j)
 		if err != nil || !fresh {
 			t.Fatalf("insert: %v", err)
 		}
@@ -143,7 +149,9 @@ func TestDiskFullFailsWritesThenRecovers(t *testing.T) {
 
 	full.Store(true)
 	for i := range 3 {
-		_, _, err := s.Insert(t.Context(), storetest.NewJob("u", fmt.Sprintf("full%d", i), "a.test:80"))
+		j := storetest.NewJob("u", fmt.Sprintf("full%d", i), "a.test:80")
+		j.Body = bytes.Repeat([]byte("lost "), 200)
+		_, _, err := s.Insert(t.Context(), j)
 		if domain.CodeOf(err) != domain.CodeUnavailable || !strings.Contains(err.Error(), "no space left on device") {
 			t.Fatalf("insert on a full disk: %v, want an unavailable error saying no space left on device", err)
 		}
@@ -193,7 +201,12 @@ func TestDiskFullFailsWritesThenRecovers(t *testing.T) {
 			if want := i < 2; j.Status.Terminal() != want {
 				t.Fatalf("acknowledged job %d is %s", i, j.Status)
 			}
+			if !bytes.Equal(j.Body, a.Body) {
+				t.Fatalf("acknowledged job %d has body %q, want %q", i, j.Body, a.Body)
+			}
 		}
+		// No body without its record: the failed inserts wrote neither.
+		checkIndexes(t, s)
 		if _, err := s.Get(t.Context(), after.ID); err != nil {
 			t.Fatalf("job written after recovery lost: %v", err)
 		}

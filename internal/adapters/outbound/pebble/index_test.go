@@ -36,7 +36,10 @@ func scanPrefix(t *testing.T, r reader, prefix []byte) map[string]string {
 }
 
 // checkIndexes rebuilds the r/, s/, d/, e/, w/, x/, i/ and c/ entries (the
-// deliveries counter among them) the records call for and compares them, byte for byte, with the stored ones.
+// deliveries counter among them) the records call for and compares them,
+// byte for byte, with the stored ones; and checks that the b/ keys are
+// exactly the bodies of the version 4 records that have a non-empty one,
+// each as long as its record says (no body left behind by a deleted job).
 func checkIndexes(t *testing.T, s *Store) {
 	t.Helper()
 	s.dbMu.RLock()
@@ -46,11 +49,15 @@ func checkIndexes(t *testing.T, s *Store) {
 	wantX, wantI, wantC := map[string]string{}, map[string]string{}, map[string]string{}
 	wantR, wantS, wantD := map[string]string{}, map[string]string{}, map[string]string{}
 	wantE, wantW := map[string]string{}, map[string]string{}
+	wantB := map[string]int{}
 	counts := map[counter]int64{}
 	for _, v := range scanPrefix(t, snap, prefixJob) {
-		j, err := decodeJob([]byte(v))
+		j, ref, err := decodeJob([]byte(v))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if ref.apart() {
+			wantB[string(bodyKey(nil, j.ID))] = ref.n
 		}
 		if j.ReadyQueue != "" {
 			wantR[string(readyKey(nil, j.ReadyQueue, j.Priority, j.ReadySeq))] = string(readyValue(nil, j))
@@ -100,6 +107,17 @@ func checkIndexes(t *testing.T, s *Store) {
 			}
 		}
 	}
+	bodies := scanPrefix(t, snap, prefixBody)
+	for k, n := range wantB {
+		if b, ok := bodies[k]; !ok || len(b) != n {
+			t.Fatalf("body %q is %d bytes (present %v), its record says %d", k, len(b), ok, n)
+		}
+	}
+	for k := range bodies {
+		if _, ok := wantB[k]; !ok {
+			t.Fatalf("stray body %q (%d bytes)", k, len(bodies[k]))
+		}
+	}
 }
 
 // workload drives a store through every kind of write, at random.
@@ -111,6 +129,43 @@ type workload struct {
 	jobs []domain.JobID
 	n    int
 	opts bool // insert jobs with options too, batches, and promote scheduled jobs
+	// bodies are the request bodies of the jobs inserted, which every read
+	// must return as they were.
+	bodies map[domain.JobID][]byte
+}
+
+// body is the request body of the workload's nth job: by n%4 none, an
+// empty one, a few bytes or 1 KiB (a body under b/ unless none or empty).
+// It uses no randomness, so the workload's random sequence is what it was
+// before jobs had bodies.
+func (w *workload) body(n int) []byte {
+	switch n % 4 {
+	case 0:
+		return nil
+	case 1:
+		return []byte{}
+	case 2:
+		return []byte(fmt.Sprintf(`{"n":%d}`, n))
+	}
+	return bytes.Repeat([]byte(fmt.Sprintf("%08d", n)), 128)
+}
+
+// stored notes the body of a job the store took (fresh).
+func (w *workload) stored(j *domain.Job, body []byte) {
+	if w.bodies == nil {
+		w.bodies = map[domain.JobID][]byte{}
+	}
+	w.bodies[j.ID] = body
+}
+
+// checkBody fails the test unless j, read from the store, has the body it
+// was inserted with (nil and empty told apart).
+func (w *workload) checkBody(what string, j *domain.Job) {
+	w.t.Helper()
+	want, ok := w.bodies[j.ID]
+	if ok && (!bytes.Equal(j.Body, want) || (j.Body == nil) != (want == nil)) {
+		w.t.Fatalf("%s: job %s has body %q (nil %v), want %q (nil %v)", what, j.ID, j.Body, j.Body == nil, want, want == nil)
+	}
 }
 
 // options gives j, at random, a schedule (a little ahead, so some become
@@ -148,10 +203,15 @@ func (w *workload) insert() {
 	if w.rng.IntN(8) == 0 {
 		j.ExpiresAt = time.Now().Add(-time.Minute) // expired at once: listed never, purged soon
 	}
-	stored, _, err := w.s.Insert(w.t.Context(), j)
+	j.Body = w.body(w.n)
+	stored, fresh, err := w.s.Insert(w.t.Context(), j)
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	if fresh {
+		w.stored(stored, j.Body)
+	}
+	w.checkBody("Insert", stored)
 	w.jobs = append(w.jobs, stored.ID)
 }
 
@@ -185,7 +245,10 @@ func (w *workload) step() {
 	case 5:
 		err = w.s.FinishDelivery(ctx, &ports.FinishDeliveryParams{ID: id, Delivered: true, Attempts: 1, Response: 200, Now: now})
 	case 6:
-		_, err = w.s.Retry(ctx, &ports.RetryParams{ID: id, Now: now})
+		var j *domain.Job
+		if j, err = w.s.Retry(ctx, &ports.RetryParams{ID: id, Now: now}); err == nil {
+			w.checkBody("Retry", j)
+		}
 	case 7:
 		kind := []domain.OperationKind{domain.OpKindRetry, domain.OpKindCancel}[w.rng.IntN(2)]
 		op := &domain.Operation{ID: fmt.Sprint("op", w.n), Kind: kind, State: domain.OpRunning, CreatedAt: now, UpdatedAt: now}
@@ -200,11 +263,19 @@ func (w *workload) step() {
 	case 9:
 		_, err = w.s.Purge(ctx, &ports.PurgeParams{Now: now, Limit: 5})
 	case 10:
-		_, err = w.s.ResetStale(ctx, &ports.ResetStaleParams{DispatchedBefore: now, Now: now})
+		var reset []*domain.Job
+		reset, err = w.s.ResetStale(ctx, &ports.ResetStaleParams{DispatchedBefore: now, Now: now})
+		for _, j := range reset {
+			w.checkBody("ResetStale", j)
+		}
 	case 11:
 		_, err = w.s.DeleteFinished(ctx, 1<<62, 3)
 	case 12:
-		_, err = w.s.PromoteDue(ctx, &ports.PromoteParams{Now: now, Limit: 1 + w.rng.IntN(4)})
+		var promoted []*domain.Job
+		promoted, err = w.s.PromoteDue(ctx, &ports.PromoteParams{Now: now, Limit: 1 + w.rng.IntN(4)})
+		for _, j := range promoted {
+			w.checkBody("PromoteDue", j)
+		}
 	case 13:
 		var batch []*domain.Job
 		if j, gerr := w.s.Get(ctx, id); gerr == nil && w.rng.IntN(2) == 0 {
@@ -214,11 +285,17 @@ func (w *workload) step() {
 			req := &domain.JobRequest{UserID: "batch", IdempotentKey: fmt.Sprint("b", w.rng.IntN(50)), URL: "http://a.test/b", Method: "GET"}
 			j := domain.NewJob(w.ids.New(), req, "a.test:80", now)
 			w.options(j)
+			w.n++
+			j.Body = w.body(w.n)
 			batch = append(batch, j)
 		}
 		var out []ports.InsertOutcome
 		if out, err = w.s.InsertBatch(ctx, batch); err == nil {
-			for _, o := range out {
+			for i, o := range out {
+				if o.Fresh {
+					w.stored(o.Job, batch[i].Body)
+				}
+				w.checkBody("InsertBatch", o.Job)
 				w.jobs = append(w.jobs, o.Job.ID)
 			}
 		}
@@ -233,6 +310,7 @@ func (w *workload) reference() []*domain.Job {
 	var out []*domain.Job
 	for _, id := range w.jobs {
 		if j, err := w.s.Get(w.t.Context(), id); err == nil && !slices.ContainsFunc(out, func(x *domain.Job) bool { return x.ID == j.ID }) {
+			w.checkBody("Get", j)
 			out = append(out, j)
 		}
 	}
@@ -257,10 +335,22 @@ var workFilters = []domain.JobFilter{
 	{Statuses: []domain.Status{"bogus"}},
 }
 
-// checkQueries compares listings and counts with the reference.
+// checkQueries compares listings and counts with the reference, and
+// checks the bodies of the jobs ListReady returns.
 func (w *workload) checkQueries(filters []domain.JobFilter) {
 	t := w.t
 	all := w.reference()
+	for _, lane := range []domain.QueueKey{"a.test:80", "b.test:443", "pool:p1", "a.test:80|acme", "hooks.test:80"} {
+		for _, p := range domain.Priorities {
+			page, err := w.s.ListReady(t.Context(), &ports.ListReadyParams{Queue: lane, Priority: p, Limit: 1000, Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range page {
+				w.checkBody("ListReady", j)
+			}
+		}
+	}
 	for _, f := range filters {
 		var want []domain.JobID
 		wantCounts := map[domain.Status]int64{}
@@ -279,6 +369,7 @@ func (w *workload) checkQueries(filters []domain.JobFilter) {
 				t.Fatal(err)
 			}
 			for _, j := range page {
+				w.checkBody("ListJobs", j)
 				got = append(got, j.ID)
 			}
 			if len(page) < 3 {

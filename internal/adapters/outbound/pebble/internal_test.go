@@ -40,18 +40,71 @@ func fullJob() *domain.Job {
 	}
 }
 
-func roundTrip(t *testing.T, j *domain.Job) *domain.Job {
+// encodeNew encodes j's record as an insert does: version 4, the request
+// body to go under b/.
+func encodeNew(t testing.TB, j *domain.Job) []byte {
 	t.Helper()
-	rec, err := encodeJob(nil, j)
+	rec, err := encodeJob(nil, j, refOf(j.Body))
 	if err != nil {
 		t.Fatalf("encode: %v", err)
 	}
+	return rec
+}
+
+// decodeWithBody decodes rec and, when the record says its body is under
+// b/, takes body as that key's value, as loadJob does.
+func decodeWithBody(rec, body []byte) (*domain.Job, error) {
+	j, ref, err := decodeJob(rec)
+	if err != nil || !ref.apart() {
+		return j, err
+	}
+	if len(body) != ref.n {
+		return nil, errCorrupt
+	}
+	j.Body = append([]byte(nil), body...)
+	return j, nil
+}
+
+// inlineForm is the record of version v (3 or older) that holds j's body
+// inline, made from rec, j's version 4 record: the body's bytes go before
+// the result body's, as layout 5 and before wrote them (a version 4
+// record holds a short body there already).
+func inlineForm(rec []byte, j *domain.Job, v byte) []byte {
+	out := append([]byte(nil), rec...)
+	if !refOf(j.Body).inline {
+		res := 0
+		if j.Result != nil {
+			res = len(j.Result.Body)
+		}
+		out = append(append(append([]byte(nil), rec[:len(rec)-res]...), j.Body...), rec[len(rec)-res:]...)
+	}
+	out[0] = v
+	return out
+}
+
+// roundTrip encodes j as a new job's record and decodes it with its body,
+// checking on the way that the record holds no byte of a body longer than
+// maxInlineBody (which goes under b/) and that the version 3 form of the
+// record, with the body inline, decodes to the same job.
+func roundTrip(t *testing.T, j *domain.Job) *domain.Job {
+	t.Helper()
+	rec := encodeNew(t, j)
 	if rec[0] != recordVersion {
 		t.Fatalf("record starts with %d, want version %d", rec[0], recordVersion)
 	}
-	got, err := decodeJob(rec)
+	if _, ref, err := decodeJob(rec); err != nil || ref != refOf(j.Body) {
+		t.Fatalf("the record's body is %+v, %v; want %+v", ref, err, refOf(j.Body))
+	}
+	if len(j.Body) > maxInlineBody && bytes.Contains(rec, j.Body) {
+		t.Fatal("a version 4 record holds a long request body")
+	}
+	got, err := decodeWithBody(rec, j.Body)
 	if err != nil {
 		t.Fatalf("decode: %v", err)
+	}
+	old, ref, err := decodeJob(inlineForm(rec, j, recordVersionV3))
+	if err != nil || !reflect.DeepEqual(old, got) || !ref.inline {
+		t.Fatalf("the version 3 form decodes to %+v (%+v), %v; want %+v", old, ref, err, got)
 	}
 	return got
 }
@@ -82,7 +135,11 @@ func TestCodecRoundTrip(t *testing.T) {
 		"empty strings": func(j *domain.Job) {
 			j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, j.WebhookURL, j.Queue, j.ReadyQueue = "", "", "", "", "", "", "", ""
 		},
-		"large body": func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xab}, 1<<20) },
+		"large body":               func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xab}, 1<<20) },
+		"body at the inline limit": func(j *domain.Job) { j.Body = bytes.Repeat([]byte{0xcd}, maxInlineBody) },
+		"body past the inline limit": func(j *domain.Job) {
+			j.Body = bytes.Repeat([]byte{0xcd}, maxInlineBody+1)
+		},
 		"no history": func(j *domain.Job) { j.History = nil },
 		"no options": func(j *domain.Job) { j.JobOptions = domain.JobOptions{} },
 		"only a priority": func(j *domain.Job) {
@@ -119,48 +176,39 @@ func TestCodecRoundTrip(t *testing.T) {
 func TestCodecReadsVersion1(t *testing.T) {
 	j := fullJob()
 	j.History, j.JobOptions = nil, domain.JobOptions{}
-	rec, err := encodeJob(nil, j)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := inlineForm(encodeNew(t, j), j, recordVersionV3)
 	// Version 1 is version 2 without the history count (0 here) before
 	// the bodies.
 	bodies := len(j.Body) + len(j.Result.Body)
 	v1 := append(append([]byte(nil), rec[:len(rec)-bodies-1]...), rec[len(rec)-bodies:]...)
 	v1[0] = recordVersionV1
-	got, err := decodeJob(v1)
+	got, _, err := decodeJob(v1)
 	if err != nil || !reflect.DeepEqual(got, j) {
 		t.Fatalf("version 1 record decodes to %+v, %v; want %+v", got, err, j)
 	}
 }
 
 // TestPlainJobsCostNoOptionBytes: a job without options is encoded exactly
-// as version 2 encoded it (only the version byte differs), so the record
-// of a layout 3 store reads as the same job; a job with only a priority
-// costs three bytes more. A version 2 record claiming options is corrupt.
+// as version 2 encoded it (only the version byte differs, once the body is
+// put back inline), so the record of a layout 3 store reads as the same
+// job; a job with only a priority costs three bytes more. A version 2
+// record claiming options is corrupt.
 func TestPlainJobsCostNoOptionBytes(t *testing.T) {
 	j := fullJob()
 	j.JobOptions = domain.JobOptions{}
-	rec, err := encodeJob(nil, j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v2 := append([]byte(nil), rec...)
-	v2[0] = recordVersionV2
-	got, err := decodeJob(v2)
+	rec := encodeNew(t, j)
+	v2 := inlineForm(rec, j, recordVersionV2)
+	got, _, err := decodeJob(v2)
 	if err != nil || !reflect.DeepEqual(got, j) {
 		t.Fatalf("the version 2 form of a plain record decodes to %+v, %v; want %+v", got, err, j)
 	}
 	j.Priority = domain.PriorityHigh
-	withPrio, err := encodeJob(nil, j)
-	if err != nil {
-		t.Fatal(err)
-	}
+	withPrio := encodeNew(t, j)
 	if len(withPrio) != len(rec)+3 {
 		t.Fatalf("a priority costs %d bytes, want 3", len(withPrio)-len(rec))
 	}
-	withPrio[0] = recordVersionV2
-	if _, err := decodeJob(withPrio); err == nil {
+	withPrio = inlineForm(withPrio, j, recordVersionV2)
+	if _, _, err := decodeJob(withPrio); err == nil {
 		t.Fatal("a version 2 record with options decoded")
 	}
 }
@@ -168,18 +216,17 @@ func TestPlainJobsCostNoOptionBytes(t *testing.T) {
 // TestDecodeMeta: the meta decoding is the full one without bodies,
 // headers and history.
 func TestDecodeMeta(t *testing.T) {
-	rec, err := encodeJob(nil, fullJob())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeMeta(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := encodeNew(t, fullJob())
 	want := fullJob()
 	want.Body, want.Headers, want.History, want.Result.Body = nil, nil, nil, nil
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("decodeMeta = %+v\nwant %+v", got, want)
+	for _, r := range [][]byte{rec, inlineForm(rec, fullJob(), recordVersionV3)} {
+		got, err := decodeMeta(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeMeta of version %d = %+v\nwant %+v", r[0], got, want)
+		}
 	}
 }
 
@@ -194,36 +241,51 @@ func TestCodecTruncatesToMilliseconds(t *testing.T) {
 }
 
 func TestCodecDoesNotAliasItsInput(t *testing.T) {
-	rec, err := encodeJob(nil, fullJob())
-	if err != nil {
-		t.Fatal(err)
+	for _, mk := range []func() *domain.Job{fullJob, longBodyJob} {
+		rec := encodeNew(t, mk())
+		body := append([]byte(nil), mk().Body...)
+		old := inlineForm(rec, mk(), recordVersionV3)
+		got, err := decodeWithBody(rec, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotOld, _, err := decodeJob(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range [][]byte{rec, body, old} {
+			for i := range b {
+				b[i] = 0xee
+			}
+		}
+		if !reflect.DeepEqual(got, mk()) || !reflect.DeepEqual(gotOld, mk()) {
+			t.Fatal("the decoded job changed with the buffer it was decoded from")
+		}
 	}
-	got, err := decodeJob(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range rec {
-		rec[i] = 0xee
-	}
-	if !reflect.DeepEqual(got, fullJob()) {
-		t.Fatal("the decoded job changed with the buffer it was decoded from")
-	}
+}
+
+// longBodyJob is fullJob with a body too long for the record, which goes
+// under b/.
+func longBodyJob() *domain.Job {
+	j := fullJob()
+	j.Body = bytes.Repeat([]byte{1, 2, 3, 0xff}, 100)
+	return j
 }
 
 func TestCodecRejectsWhatItCannotEncode(t *testing.T) {
 	j := fullJob()
 	j.Status = "weird"
-	if _, err := encodeJob(nil, j); err == nil {
+	if _, err := encodeJob(nil, j, refOf(j.Body)); err == nil {
 		t.Fatal("unknown status encoded")
 	}
 	j = fullJob()
 	j.Delivery.Status = "weird"
-	if _, err := encodeJob(nil, j); err == nil {
+	if _, err := encodeJob(nil, j, refOf(j.Body)); err == nil {
 		t.Fatal("unknown delivery status encoded")
 	}
 	j = fullJob()
 	j.Priority = 2
-	if _, err := encodeJob(nil, j); err == nil {
+	if _, err := encodeJob(nil, j, refOf(j.Body)); err == nil {
 		t.Fatal("unknown priority encoded")
 	}
 }
@@ -232,27 +294,26 @@ func TestCodecRejectsWhatItCannotEncode(t *testing.T) {
 // changes of a record either decode or fail cleanly, never panic; an unknown
 // version fails.
 func TestCodecRejectsCorruptRecords(t *testing.T) {
-	rec, err := encodeJob(nil, fullJob())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for n := range len(rec) {
-		if _, err := decodeJob(rec[:n]); err == nil {
-			t.Fatalf("a record truncated to %d of %d bytes decoded", n, len(rec))
+	short, long := encodeNew(t, fullJob()), encodeNew(t, longBodyJob())
+	for _, rec := range [][]byte{short, long, inlineForm(long, longBodyJob(), recordVersionV3)} {
+		for n := range len(rec) {
+			if _, _, err := decodeJob(rec[:n]); err == nil {
+				t.Fatalf("a record of version %d truncated to %d of %d bytes decoded", rec[0], n, len(rec))
+			}
 		}
-	}
-	bad := append([]byte(nil), rec...)
-	bad[0] = recordVersion + 1
-	if _, err := decodeJob(bad); err == nil {
-		t.Fatal("a record of an unknown version decoded")
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	for range 20000 {
 		bad := append([]byte(nil), rec...)
-		for range 1 + r.IntN(3) {
-			bad[r.IntN(len(bad))] = byte(r.IntN(256))
+		bad[0] = recordVersion + 1
+		if _, _, err := decodeJob(bad); err == nil {
+			t.Fatal("a record of an unknown version decoded")
 		}
-		_, _ = decodeJob(bad) // must not panic
+		r := rand.New(rand.NewPCG(1, 2))
+		for range 20000 {
+			bad := append([]byte(nil), rec...)
+			for range 1 + r.IntN(3) {
+				bad[r.IntN(len(bad))] = byte(r.IntN(256))
+			}
+			_, _, _ = decodeJob(bad) // must not panic
+		}
 	}
 }
 
@@ -404,26 +465,28 @@ func TestOneGroupSeesItsOwnWrites(t *testing.T) {
 }
 
 func FuzzDecodeJob(f *testing.F) {
-	for _, j := range []*domain.Job{fullJob(), {ID: "x", Status: domain.StatusQueued}} {
-		rec, err := encodeJob(nil, j)
-		if err != nil {
-			f.Fatal(err)
-		}
+	for _, j := range []*domain.Job{fullJob(), longBodyJob(), {ID: "x", Status: domain.StatusQueued}} {
+		rec := encodeNew(f, j)
 		f.Add(rec)
+		f.Add(inlineForm(rec, j, recordVersionV3))
 	}
 	f.Fuzz(func(t *testing.T, rec []byte) {
-		j, err := decodeJob(rec)
+		j, ref, err := decodeJob(rec)
 		if err != nil {
 			return
 		}
-		// Whatever decodes encodes back to a record that decodes the same.
-		again, err := encodeJob(nil, j)
+		// Whatever decodes encodes back (as a rewrite does: version 4, a
+		// long body apart) to a record that decodes the same.
+		if ref.n > maxInlineBody {
+			j.Body, ref.inline = nil, false // under b/ now, or already
+		}
+		again, err := encodeJob(nil, j, ref)
 		if err != nil {
 			t.Fatalf("decoded job does not encode: %v", err)
 		}
-		j2, err := decodeJob(again)
-		if err != nil || !reflect.DeepEqual(j, j2) {
-			t.Fatalf("re-encoded record decodes to %+v, %v; want %+v", j2, err, j)
+		j2, ref2, err := decodeJob(again)
+		if err != nil || !reflect.DeepEqual(j, j2) || ref2 != ref {
+			t.Fatalf("re-encoded record decodes to %+v (%+v), %v; want %+v (%+v)", j2, ref2, err, j, ref)
 		}
 	})
 }

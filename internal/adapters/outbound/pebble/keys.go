@@ -10,6 +10,7 @@ import (
 // Key prefixes; see the package documentation for the layout.
 var (
 	prefixJob    = []byte("j/")
+	prefixBody   = []byte("b/") // request bodies of version 4 records (layout 6)
 	prefixKey    = []byte("k/")
 	prefixReady  = []byte("r/")
 	prefixSched  = []byte("s/") // scheduled jobs by (not_before, seq)
@@ -34,9 +35,13 @@ var (
 // no priority in the ready-index keys and no s/ or d/ index; it is
 // migrated too (migrate3), a version 2 store first to 3 and then to 4.
 // Version 4 had no count of pending deliveries (c/ under stDeliver), which
-// Counts reads; it is migrated by counting them (migrate4).
+// Counts reads; it is migrated by counting them (migrate4). Version 5
+// stores no record of version 4 (request bodies under b/), which an older
+// build would misread; its records are read as they are, so only m/format
+// changes (migrate5).
 const (
-	layoutVersion   = 5
+	layoutVersion   = 6
+	layoutVersionV5 = 5
 	layoutVersionV4 = 4
 	layoutVersionV3 = 3
 	layoutVersionV2 = 2
@@ -53,6 +58,9 @@ const (
 func jobKey(b []byte, id domain.JobID) []byte { return append(append(b, prefixJob...), id...) }
 
 func jobKeyBytes(b, id []byte) []byte { return append(append(b, prefixJob...), id...) }
+
+// bodyKey is the b/ key of a job's request body.
+func bodyKey(b []byte, id domain.JobID) []byte { return append(append(b, prefixBody...), id...) }
 
 func idemKey(b []byte, user, key string) []byte {
 	b = binary.AppendUvarint(append(b, prefixKey...), uint64(len(user)))

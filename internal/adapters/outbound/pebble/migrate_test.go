@@ -1,12 +1,14 @@
 package pebble
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,7 +219,7 @@ func TestMigrateStartsOverAfterACrash(t *testing.T) {
 	}
 	it.First()
 	first := append([]byte(nil), it.Key()...)
-	gone, err := decodeJob(it.Value())
+	gone, _, err := decodeJob(it.Value())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,4 +562,192 @@ func TestMigrateLayout4AfterACrash(t *testing.T) {
 	if c, err := s.Counts(t.Context()); err != nil || c != (ports.Counts{Queued: 12, InFlight: 6, Deliveries: 10}) {
 		t.Fatalf("Counts after the second migration = %+v, %v", c, err)
 	}
+}
+
+// copyLayout5 copies the layout 5 fixture (testdata/genlayout5).
+func copyLayout5(t *testing.T) string { return copyFixture(t, "testdata/layout5") }
+
+// layout5Body is the request body genlayout5 gave job i (its bodyOf).
+func layout5Body(i int) []byte {
+	switch i % 4 {
+	case 0:
+		return []byte(strings.Repeat(fmt.Sprintf("%04d", i), 256))
+	case 1:
+		return []byte(`{"i":5}`)
+	case 2:
+		return nil
+	}
+	return []byte{}
+}
+
+// checkLayout5Bodies fails unless every live job of the layout 5 fixture
+// in s reads with the body genlayout5 gave it, nil and empty told apart.
+func checkLayout5Bodies(t *testing.T, s *Store) []*domain.Job {
+	t.Helper()
+	all := everyJob(t, s)
+	for _, j := range all {
+		var i int
+		if _, err := fmt.Sscanf(j.IdempotentKey, "key-%d", &i); err != nil {
+			t.Fatalf("job %s has key %q", j.ID, j.IdempotentKey)
+		}
+		if want := layout5Body(i); !bytes.Equal(j.Body, want) || (j.Body == nil) != (want == nil) {
+			t.Fatalf("job %d has body %q (nil %v), want %q (nil %v)", i, j.Body, j.Body == nil, want, want == nil)
+		}
+	}
+	return all
+}
+
+// TestMigrateLayout5: a store written by the layout 5 build opens and is
+// migrated to layout 6 by its format key alone: its version 3 records,
+// bodies inline, stay byte for byte and read with their bodies. A write
+// to such a job rewrites its record as version 4 and moves a body longer
+// than maxInlineBody out to b/ (once: the writes after that leave it
+// there; a short one stays in the record); deletes and purges leave no
+// body behind, of old records or new.
+func TestMigrateLayout5(t *testing.T) {
+	dir := copyLayout5(t)
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV5 {
+		t.Fatalf("fixture has format %v, want layout 5", v)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: zapLogger{zaptestLogger(t)}, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := scanPrefix(t, db, prefixJob)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(records) != 44 {
+		t.Fatalf("fixture holds %d records, want 44", len(records))
+	}
+	for k, v := range records {
+		if v[0] != recordVersionV3 {
+			t.Fatalf("fixture record %q is of version %d", k, v[0])
+		}
+	}
+
+	s, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t)})
+	if err != nil {
+		t.Fatalf("open a layout 5 store: %v", err)
+	}
+	ctx := t.Context()
+	after := scanPrefix(t, s.db, prefixJob)
+	if len(after) != len(records) || bodyKeys(t, s) != 0 {
+		t.Fatalf("migrating changed the records: %d records, %d body keys", len(after), bodyKeys(t, s))
+	}
+	for k, v := range records {
+		if after[k] != v {
+			t.Fatalf("migrating rewrote record %q", k)
+		}
+	}
+	checkIndexes(t, s)
+	// What genlayout5 printed, from the layout 5 build's Counts.
+	want := ports.Counts{Queued: 12, InFlight: 6, Deliveries: 10}
+	if c, err := s.Counts(ctx); err != nil || c != want {
+		t.Fatalf("Counts after migrating = %+v, %v; want %+v", c, err, want)
+	}
+	checkListing(t, s, layout2Filters)
+	all := checkLayout5Bodies(t, s)
+
+	// One write to every live job but one (v3, with a body), each by its
+	// state; two to the queued jobs, whose bodies are under b/ after the
+	// first.
+	var moved []*domain.Job
+	var v3 *domain.Job
+	now := time.Now()
+	for _, j := range all {
+		var err error
+		switch {
+		case v3 == nil && len(j.Body) > maxInlineBody:
+			v3 = j
+			continue
+		case j.Status == domain.StatusQueued && j.Scheduled():
+			_, err = s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusFailed, Attempts: j.Attempts,
+				Result: &domain.Result{Reason: domain.ReasonCanceled}, Now: now})
+		case j.Status == domain.StatusQueued:
+			if err = s.MarkInFlight(ctx, &ports.MarkInFlightParams{ID: j.ID, At: now}); err == nil {
+				err = s.Requeue(ctx, &ports.RequeueParams{ID: j.ID, Phase: domain.PhaseDispatch, Attempts: j.Attempts + 1, Now: now})
+			}
+		case j.Status == domain.StatusInFlight:
+			err = s.Requeue(ctx, &ports.RequeueParams{ID: j.ID, Phase: domain.PhaseDispatch, Attempts: j.Attempts, Now: now})
+		case j.ReadyQueue != "":
+			err = s.FinishDelivery(ctx, &ports.FinishDeliveryParams{ID: j.ID, Delivered: true, Attempts: 1, Response: 204, Now: now})
+		case j.Retryable():
+			var r *domain.Job
+			if r, err = s.Retry(ctx, &ports.RetryParams{ID: j.ID, Now: now}); err == nil && !bytes.Equal(r.Body, j.Body) {
+				t.Fatalf("Retry of a migrated job returned body %q, want %q", r.Body, j.Body)
+			}
+		default:
+			continue
+		}
+		if err != nil {
+			t.Fatalf("write to migrated job %s (%s): %v", j.ID, j.Status, err)
+		}
+		moved = append(moved, j)
+	}
+	if len(moved) < 30 {
+		t.Fatalf("only %d of %d migrated jobs were written", len(moved), len(all))
+	}
+	wantKeys := 0
+	for _, j := range moved {
+		rec := rawRecord(t, s, j.ID)
+		if rec[0] != recordVersion {
+			t.Fatalf("record of a rewritten job is of version %d", rec[0])
+		}
+		if len(j.Body) > maxInlineBody {
+			wantKeys++
+			if bytes.Contains(rec, j.Body) {
+				t.Fatalf("the rewritten record of %s still holds its body", j.ID)
+			}
+		}
+	}
+	if n := bodyKeys(t, s); n != wantKeys {
+		t.Fatalf("%d body keys after the writes, want %d (the rewritten jobs with a long body)", n, wantKeys)
+	}
+	checkIndexes(t, s)
+	checkLayout5Bodies(t, s)
+	checkListing(t, s, layout2Filters)
+
+	// Deletes of a moved job and of a job still in version 3, then a purge
+	// of everything (the fixture's expired jobs are version 3 records).
+	if rawRecord(t, s, v3.ID)[0] != recordVersionV3 {
+		t.Fatal("the job left alone was rewritten")
+	}
+	i := slices.IndexFunc(moved, func(j *domain.Job) bool { return len(j.Body) > maxInlineBody })
+	for _, id := range []domain.JobID{moved[i].ID, v3.ID} {
+		if err := s.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := bodyKeys(t, s); n != wantKeys-1 {
+		t.Fatalf("%d body keys after deleting one moved job, want %d", n, wantKeys-1)
+	}
+	checkIndexes(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersion {
+		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
+	}
+	s, err = Open(ctx, Options{Dir: dir, Logger: zaptestLogger(t),
+		migrateHook: func(int) error { return errors.New("a migrated store was migrated again") }, migrateChunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkLayout5Bodies(t, s)
+	checkIndexes(t, s)
+	for {
+		n, err := s.Purge(ctx, &ports.PurgeParams{Now: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if n, recs := bodyKeys(t, s), len(scanPrefix(t, s.db, prefixJob)); n != 0 || recs != 0 {
+		t.Fatalf("after purging everything: %d body keys, %d records", n, recs)
+	}
+	checkIndexes(t, s)
 }

@@ -183,7 +183,7 @@ func parsePause(k, v []byte) (domain.LanePause, bool) {
 // retry re-queues a finished job as a new attempt cycle (retried)
 // with a fresh ReadySeq.
 func (s *Store) retry(w *wbatch, p *ports.RetryParams) (storekit.Result, error) {
-	j, err := w.load(p.ID)
+	j, ref, err := w.load(p.ID)
 	if err != nil || j == nil || j.Expired(p.Now) {
 		return notFound, err
 	}
@@ -191,10 +191,14 @@ func (s *Store) retry(w *wbatch, p *ports.RetryParams) (storekit.Result, error) 
 		return storekit.Result{Err: domain.ErrNotFinished}, nil
 	}
 	upd := retried(j, s.seq+1, p.Now)
-	if err := w.update(j, upd); err != nil {
+	if err := w.update(j, ref, upd); err != nil {
 		return storekit.Result{}, err
 	}
 	s.seq++
+	if err := w.withBody(upd, ref); err != nil {
+		w.fail(err) // the retry is written
+		return storekit.Result{}, nil
+	}
 	return storekit.Result{Job: upd}, nil
 }
 
@@ -216,7 +220,7 @@ func (s *Store) runBatch(w *wbatch, p *ports.RunBatchParams) (storekit.Result, e
 		return storekit.Result{Err: ports.ErrOperationConflict}, nil
 	}
 	type change struct {
-		job  *domain.Job
+		loaded
 		item ports.BatchItem
 	}
 	var todo []change
@@ -226,7 +230,7 @@ func (s *Store) runBatch(w *wbatch, p *ports.RunBatchParams) (storekit.Result, e
 			continue // a repeat finds the job moved on, or as it was left
 		}
 		seen[it.ID] = true
-		j, err := w.load(it.ID)
+		j, ref, err := w.load(it.ID)
 		if err != nil {
 			return storekit.Result{}, err
 		}
@@ -234,7 +238,7 @@ func (s *Store) runBatch(w *wbatch, p *ports.RunBatchParams) (storekit.Result, e
 			continue
 		}
 		if (p.Op.Kind == domain.OpKindRetry && j.Retryable()) || (p.Op.Kind == domain.OpKindCancel && j.Status == domain.StatusQueued) {
-			todo = append(todo, change{j, it})
+			todo = append(todo, change{loaded{j, ref}, it})
 		}
 	}
 	saved := *p.Op
@@ -247,7 +251,7 @@ func (s *Store) runBatch(w *wbatch, p *ports.RunBatchParams) (storekit.Result, e
 	changed := make([]domain.JobID, 0, len(todo))
 	for _, c := range todo {
 		if p.Op.Kind == domain.OpKindRetry {
-			err = w.update(c.job, retried(c.job, s.seq+1, p.Now))
+			err = w.update(c.job, c.ref, retried(c.job, s.seq+1, p.Now))
 			s.seq++
 		} else {
 			_, err = s.finish(w, cancelParams(c.job, c.item, p))

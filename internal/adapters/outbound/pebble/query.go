@@ -287,19 +287,20 @@ func (s *Store) ListJobs(_ context.Context, p *ports.ListJobsParams) ([]*domain.
 		if err != nil {
 			return errors.Join(err, closeStreams(ss))
 		}
+		bodies := &bodyReader{r: snap}
 		for len(out) < limit {
 			cands, err := q.candidates(ss, limit-len(out))
 			if err == nil && len(cands) == 0 {
 				break
 			}
 			if err == nil {
-				out, err = q.load(recs, cands, p, out)
+				out, err = q.load(recs, bodies, cands, p, out)
 			}
 			if err != nil {
-				return errors.Join(err, recs.Close(), closeStreams(ss))
+				return errors.Join(err, bodies.close(), recs.Close(), closeStreams(ss))
 			}
 		}
-		return errors.Join(recs.Close(), closeStreams(ss))
+		return errors.Join(bodies.close(), recs.Close(), closeStreams(ss))
 	})
 	if err != nil {
 		return nil, wrapRead("list jobs", err)
@@ -337,8 +338,10 @@ func (q *query) candidates(ss []*stream, n int) ([]candidate, error) {
 // load reads the records of cands in key order through recs, so that each
 // seek moves forward from the last (a page's newest jobs sit next to each
 // other in j/), and appends those that match q and are live at p.Now to
-// out, in the order of cands.
-func (q *query) load(recs *pebble.Iterator, cands []candidate, p *ports.ListJobsParams, out []*domain.Job) ([]*domain.Job, error) {
+// out, in the order of cands. The request bodies under b/ of the jobs it
+// returns are read through bodies the same way (b/ keys are in the same
+// order), from the same snapshot.
+func (q *query) load(recs *pebble.Iterator, bodies *bodyReader, cands []candidate, p *ports.ListJobsParams, out []*domain.Job) ([]*domain.Job, error) {
 	order := make([]int, len(cands))
 	for i := range order {
 		order[i] = i
@@ -354,15 +357,19 @@ func (q *query) load(recs *pebble.Iterator, cands []candidate, p *ports.ListJobs
 		if c.checkStatus && len(v) > 2 && !q.hasStatus(v[2]) {
 			continue // the record's status byte, read without decoding it
 		}
-		j, err := decodeJob(v)
+		j, ref, err := decodeJob(v)
 		switch {
 		case err != nil:
 			return out, err
 		case j.Seq != c.seq:
 			return out, errCorruptIndex
-		case !j.Expired(p.Now) && q.f.Matches(j):
-			jobs[i] = j
+		case j.Expired(p.Now) || !q.f.Matches(j):
+			continue
 		}
+		if err := bodies.read(j, ref); err != nil {
+			return out, err
+		}
+		jobs[i] = j
 	}
 	for _, j := range jobs {
 		if j != nil {

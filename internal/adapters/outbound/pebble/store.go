@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -210,7 +211,7 @@ func (s *Store) init() error {
 		if err := s.db.Set(keyFormat, []byte{layoutVersion}, pebble.Sync); err != nil {
 			return fmt.Errorf("initialise %s: %w", s.opts.Dir, err)
 		}
-	case len(v) == 1 && (v[0] == layoutVersionV2 || v[0] == layoutVersionV3 || v[0] == layoutVersionV4):
+	case len(v) == 1 && v[0] >= layoutVersionV2 && v[0] <= layoutVersionV5:
 		if v[0] == layoutVersionV2 {
 			if err := s.migrate(); err != nil {
 				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV2, layoutVersionV3, err)
@@ -221,12 +222,17 @@ func (s *Store) init() error {
 				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV3, layoutVersionV4, err)
 			}
 		}
-		if err := s.migrate4(); err != nil {
-			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV4, layoutVersion, err)
+		if v[0] <= layoutVersionV4 {
+			if err := s.migrate4(); err != nil {
+				return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV4, layoutVersionV5, err)
+			}
+		}
+		if err := s.migrate5(); err != nil {
+			return fmt.Errorf("migrate %s from job store layout %d to %d: %w", s.opts.Dir, layoutVersionV5, layoutVersion, err)
 		}
 	case len(v) != 1 || v[0] != layoutVersion:
-		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d, %d and %d (downgrades are not supported)",
-			s.opts.Dir, v, layoutVersion, layoutVersionV2, layoutVersionV3, layoutVersionV4)
+		return fmt.Errorf("%s has job store layout %v; this aquiferd understands %d and migrates %d to %d (downgrades are not supported)",
+			s.opts.Dir, v, layoutVersion, layoutVersionV2, layoutVersionV5)
 	}
 	if v, err = get(s.db, keySeq); err != nil {
 		return fmt.Errorf("read sequence of %s: %w", s.opts.Dir, err)
@@ -286,7 +292,7 @@ func (s *Store) ResetStale(ctx context.Context, p *ports.ResetStaleParams) ([]*d
 			if p.Exclude[id] {
 				continue
 			}
-			j, err := loadJob(s.db, id)
+			j, err := loadMeta(s.db, jobKey(nil, id))
 			if err != nil {
 				return err
 			}
@@ -348,7 +354,7 @@ func (s *Store) Ledger(_ context.Context, p *ports.LedgerParams) ([]ports.Ledger
 			return err
 		}
 		for ok := it.First(); ok && len(out) < p.Limit; ok = it.Next() {
-			j, err := decodeJob(it.Value())
+			j, err := decodeMeta(it.Value())
 			if err != nil {
 				return errors.Join(err, it.Close())
 			}
@@ -379,7 +385,7 @@ func (s *Store) DeleteFinished(ctx context.Context, throughSeq int64, limit int)
 			return err
 		}
 		for ok := it.First(); ok && len(ids) < limit; ok = it.Next() {
-			j, err := decodeJob(it.Value())
+			j, err := decodeMeta(it.Value())
 			if err != nil {
 				return errors.Join(err, it.Close())
 			}
@@ -490,19 +496,31 @@ func wrapRead(what string, err error) error {
 }
 
 // ListReady implements ports.JobStore: one priority's range of the lane in
-// the ready index, from just after p.AfterSeq.
+// the ready index, from just after p.AfterSeq, in one snapshot. The
+// entries' records are read through one iterator over j/, and their bodies
+// under b/ through another (bodyReader): a lane's jobs are ready in about
+// the order they were inserted, which is their ids' order, so each seek
+// moves forward from the last.
 func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domain.Job, error) {
 	if p.Limit <= 0 || !p.Priority.Valid() {
 		return nil, nil
 	}
 	var out []*domain.Job
 	err := s.read(func() error {
+		snap := s.db.NewSnapshot()
+		defer snap.Close()
 		lower := readyKey(nil, p.Queue, p.Priority, max(p.AfterSeq, 0)+1)
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(priorityPrefix(nil, p.Queue, p.Priority))})
+		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(priorityPrefix(nil, p.Queue, p.Priority))})
 		if err != nil {
 			return err
 		}
-		defer it.Close()
+		recs, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefixJob, UpperBound: prefixEnd(prefixJob)})
+		if err != nil {
+			return errors.Join(err, it.Close())
+		}
+		bodies := bodyReader{r: snap}
+		closeAll := func(err error) error { return errors.Join(err, it.Error(), bodies.close(), recs.Close(), it.Close()) }
+		var key []byte
 		now := storekit.Millis(p.Now)
 		for ok := it.First(); ok && len(out) < p.Limit; ok = it.Next() {
 			state, exp, id, ok := parseReady(it.Value())
@@ -510,18 +528,32 @@ func (s *Store) ListReady(_ context.Context, p *ports.ListReadyParams) ([]*domai
 				continue
 			}
 			_, _, readySeq, _ := parseReadyKey(it.Key())
-			j, err := loadJob(s.db, domain.JobID(id))
-			if err != nil {
-				return err
+			key = jobKeyBytes(key[:0], id)
+			if !recs.SeekGE(key) || !bytes.Equal(recs.Key(), key) {
+				if err := recs.Error(); err != nil {
+					return closeAll(err)
+				}
+				continue // no record: the entry is stale (every write keeps them together)
 			}
-			// The record may have moved on since the iterator's view.
-			if j == nil || j.ReadyQueue != p.Queue || j.ReadySeq != readySeq || j.Priority != p.Priority ||
+			j, ref, err := decodeJob(recs.Value())
+			if err == nil && string(j.ID) != string(id) {
+				err = errCorrupt
+			}
+			if err != nil {
+				return closeAll(fmt.Errorf("job %s: %w", id, err))
+			}
+			// A record the index does not describe is skipped, as a
+			// record is the truth.
+			if j.ReadyQueue != p.Queue || j.ReadySeq != readySeq || j.Priority != p.Priority ||
 				j.Status == domain.StatusInFlight || j.Expired(p.Now) {
 				continue
 			}
+			if err := bodies.read(j, ref); err != nil {
+				return closeAll(err)
+			}
 			out = append(out, j)
 		}
-		return it.Error()
+		return closeAll(nil)
 	})
 	if err != nil {
 		return nil, wrapRead("list ready jobs", err)
@@ -716,28 +748,100 @@ func get(g getter, key []byte) ([]byte, error) {
 	return out, closer.Close()
 }
 
-// loadJob reads the job's record; nil if there is none.
+// loadJob reads the job, its request body included; nil if there is none.
+// A body under b/ is a second point read after the record's. The two need
+// no snapshot to agree: a body never changes while its record lives and
+// its key outlives no record, so a body missing after a version 4 record
+// was read means the job was deleted in between — unless the record is
+// still there, which is a corrupt store.
 func loadJob(g getter, id domain.JobID) (*domain.Job, error) {
-	return loadJobAt(g, jobKey(nil, id), id)
+	key := jobKey(nil, id)
+	j, ref, err := loadRecord(g, key, id)
+	if err != nil || j == nil || !ref.apart() {
+		return j, err
+	}
+	body, err := get(g, bodyKey(nil, id))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("job %s: read body: %w", id, err)
+	case body == nil:
+		if still, err := get(g, key); err != nil || still == nil {
+			return nil, err // deleted since its record was read
+		}
+		return nil, fmt.Errorf("job %s: %w", id, errMissingBody)
+	case len(body) != ref.n:
+		return nil, fmt.Errorf("job %s: body of %d bytes, its record says %d: %w", id, len(body), ref.n, errCorrupt)
+	}
+	j.Body = body
+	return j, nil
 }
 
-// loadJobAt is loadJob with the record's key, key, already built.
-func loadJobAt(g getter, key []byte, id domain.JobID) (*domain.Job, error) {
+// errMissingBody is a version 4 record whose body key is missing.
+var errMissingBody = errors.New("job record's request body is missing")
+
+// bodyReader reads the bodies under b/ of jobs whose records were read
+// from the same snapshot (r), through one iterator opened at the first
+// body. Jobs read in id order — a page of ListJobs sorted by record key, a
+// lane's ready jobs, which were mostly inserted in their ready order —
+// make each seek move forward from the last, which Pebble turns into a few
+// steps, where a point read per body would look up every level.
+type bodyReader struct {
+	r  reader
+	it *pebble.Iterator
+}
+
+// read sets j.Body to its body under b/ if ref says it is there.
+func (b *bodyReader) read(j *domain.Job, ref bodyRef) error {
+	if !ref.apart() {
+		return nil
+	}
+	if b.it == nil {
+		it, err := b.r.NewIter(&pebble.IterOptions{LowerBound: prefixBody, UpperBound: prefixEnd(prefixBody)})
+		if err != nil {
+			return err
+		}
+		b.it = it
+	}
+	k := bodyKey(nil, j.ID)
+	switch {
+	case !b.it.SeekGE(k) || !bytes.Equal(b.it.Key(), k):
+		return errors.Join(b.it.Error(), fmt.Errorf("job %s: %w", j.ID, errMissingBody))
+	case len(b.it.Value()) != ref.n:
+		return fmt.Errorf("job %s: body of %d bytes, its record says %d: %w", j.ID, len(b.it.Value()), ref.n, errCorrupt)
+	}
+	j.Body = append(make([]byte, 0, ref.n), b.it.Value()...)
+	return nil
+}
+
+// close closes the iterator, if one was opened.
+func (b *bodyReader) close() error {
+	if b.it == nil {
+		return nil
+	}
+	err := errors.Join(b.it.Error(), b.it.Close())
+	b.it = nil
+	return err
+}
+
+// loadRecord reads the job's record at key (jobKey of id) and where its
+// body is, without reading a body under b/ (decodeJob); nil if there is
+// none.
+func loadRecord(g getter, key []byte, id domain.JobID) (*domain.Job, bodyRef, error) {
 	v, closer, err := g.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
+		return nil, bodyRef{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, bodyRef{}, err
 	}
-	j, err := decodeJob(v)
+	j, ref, err := decodeJob(v)
 	if err == nil && j.ID != id {
 		err = errCorrupt
 	}
 	if err != nil {
-		err = fmt.Errorf("job %s: %w", id, err)
+		j, err = nil, fmt.Errorf("job %s: %w", id, err)
 	}
-	return j, errors.Join(err, closer.Close())
+	return j, ref, errors.Join(err, closer.Close())
 }
 
 // inFlight returns the ids of the jobs in flight, from the x/ range of

@@ -270,11 +270,33 @@ func (w *wbatch) fail(err error) {
 	}
 }
 
-// load reads the job's record as the group sees it; nil if there is none.
-// The key is built in the writer's scratch: most ops load one record.
-func (w *wbatch) load(id domain.JobID) (*domain.Job, error) {
+// load reads the job's record as the group sees it, and where its request
+// body is; nil if there is none. A body under b/ is not read: a rewrite
+// keeps it where it is (update), and only the ops that return the job read
+// it (withBody). The key is built in the writer's scratch: most ops load
+// one record.
+func (w *wbatch) load(id domain.JobID) (*domain.Job, bodyRef, error) {
 	w.s.lbuf = jobKey(w.s.lbuf[:0], id)
-	return loadJobAt(w.b, w.s.lbuf, id)
+	return loadRecord(w.b, w.s.lbuf, id)
+}
+
+// withBody reads into j, a job that load read with ref, its body under
+// b/, as the group sees it, for an op that returns the job.
+func (w *wbatch) withBody(j *domain.Job, ref bodyRef) error {
+	if !ref.apart() {
+		return nil
+	}
+	body, err := get(w.b, bodyKey(w.s.kbuf[:0], j.ID))
+	switch {
+	case err != nil:
+		return fmt.Errorf("job %s: read body: %w", j.ID, err)
+	case body == nil:
+		return fmt.Errorf("job %s: %w", j.ID, errMissingBody)
+	case len(body) != ref.n:
+		return fmt.Errorf("job %s: body of %d bytes, its record says %d: %w", j.ID, len(body), ref.n, errCorrupt)
+	}
+	j.Body = body
+	return nil
 }
 
 // put writes j's record, encoded as rec, and every index entry that differs
@@ -357,20 +379,32 @@ func (w *wbatch) putSchedule(old, j *domain.Job) {
 	}
 }
 
-// update encodes and writes upd, a changed copy of old.
-func (w *wbatch) update(old, upd *domain.Job) error {
+// update encodes and writes upd, a changed copy of old, which load read
+// with ref. The request body stays where it is: under b/, not written
+// again, or in the record (at most maxInlineBody bytes). A longer body
+// held inline by an older record (version 3 and before, which load
+// decoded into old) moves out to b/ now, as the record becomes version 4 —
+// written once, like a new job's.
+func (w *wbatch) update(old *domain.Job, ref bodyRef, upd *domain.Job) error {
+	moving := ref.inline && ref.n > maxInlineBody
+	if moving {
+		ref.inline = false
+	}
 	var err error
-	if w.s.vbuf, err = encodeJob(w.s.vbuf[:0], upd); err != nil {
+	if w.s.vbuf, err = encodeJob(w.s.vbuf[:0], upd, ref); err != nil {
 		return err
 	}
 	w.put(old, upd, w.s.vbuf)
+	if moving {
+		w.set(bodyKey(w.s.kbuf[:0], old.ID), old.Body)
+	}
 	return nil
 }
 
-// remove deletes j's record and index entries. The key entry is deleted
-// only if it names j. It may follow other writes of the same op, so a failed
-// read fails the group.
-func (w *wbatch) remove(j *domain.Job) {
+// remove deletes j's record (which load read with ref), its body and index
+// entries. The key entry is deleted only if it names j. It may follow other
+// writes of the same op, so a failed read fails the group.
+func (w *wbatch) remove(j *domain.Job, ref bodyRef) {
 	kk := idemKey(nil, j.UserID, j.IdempotentKey)
 	holder, err := get(w.b, kk)
 	if err != nil {
@@ -378,6 +412,9 @@ func (w *wbatch) remove(j *domain.Job) {
 		return
 	}
 	w.del(jobKey(w.s.kbuf[:0], j.ID))
+	if ref.apart() {
+		w.sdel(bodyKey(w.s.kbuf[:0], j.ID)) // written once, by the insert or the move out of an older record
+	}
 	if string(holder) == string(j.ID) {
 		w.del(kk)
 	}
@@ -397,6 +434,12 @@ func (w *wbatch) remove(j *domain.Job) {
 		w.add(deliveries, -1)
 	}
 	w.removeIndexes(j)
+}
+
+// loaded is a job as load read it, with where its body is.
+type loaded struct {
+	job *domain.Job
+	ref bodyRef
 }
 
 // applyOne runs one op against the group's batch. Outcomes that belong to
@@ -422,23 +465,23 @@ func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
 	case storekit.OpPromote:
 		return s.promote(w, o.At, o.Limit)
 	case storekit.OpDelete:
-		j, err := w.load(o.ID)
+		j, ref, err := w.load(o.ID)
 		if err != nil || j == nil {
 			return notFound, err
 		}
-		w.remove(j)
+		w.remove(j, ref)
 		return storekit.Result{}, nil
 	case storekit.OpMarkInFlight:
-		j, err := w.load(o.ID)
+		j, ref, err := w.load(o.ID)
 		if err != nil || j == nil || j.Status.Terminal() {
 			return storekit.Result{}, err
 		}
 		upd := *j
 		upd.Status, upd.DispatchedAt, upd.UpdatedAt = domain.StatusInFlight, o.At, o.At
-		return storekit.Result{}, w.update(j, &upd)
+		return storekit.Result{}, w.update(j, ref, &upd)
 	case storekit.OpRequeue:
 		p := o.Requeue
-		j, err := w.load(o.ID)
+		j, ref, err := w.load(o.ID)
 		if err != nil || j == nil || j.Phase() != p.Phase {
 			return notFound, err
 		}
@@ -457,12 +500,12 @@ func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
 		default:
 			return notFound, nil
 		}
-		return storekit.Result{}, w.update(j, &upd)
+		return storekit.Result{}, w.update(j, ref, &upd)
 	case storekit.OpFinish:
 		return s.finish(w, o.Finish)
 	case storekit.OpFinishDelivery:
 		p := o.Delivery
-		j, err := w.load(o.ID)
+		j, ref, err := w.load(o.ID)
 		if err != nil || j == nil || j.Phase() != domain.PhaseDeliver {
 			return notFound, err
 		}
@@ -473,7 +516,7 @@ func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
 		upd := *j
 		upd.Delivery = &domain.Delivery{Status: status, Attempts: p.Attempts, ResponseStatus: p.Response, Reason: p.Reason}
 		upd.ReadyQueue, upd.UpdatedAt, upd.ExpiresAt = "", p.Now, p.Now.Add(domain.RetentionTTL(j.Status, p.Retention))
-		return storekit.Result{}, w.update(j, &upd)
+		return storekit.Result{}, w.update(j, ref, &upd)
 	case storekit.OpProbe:
 		w.set(keyProbe, binary.BigEndian.AppendUint64(nil, uint64(o.At.UnixMilli())))
 		return storekit.Result{}, nil
@@ -503,13 +546,13 @@ func (s *Store) applyOp(w *wbatch, o *storekit.Op) (storekit.Result, error) {
 	case storekit.OpDeleteFinished:
 		var n int64
 		for _, id := range o.IDs {
-			j, err := w.load(id)
+			j, ref, err := w.load(id)
 			if err != nil {
 				return storekit.Result{}, err
 			}
 			// Re-check: only what is still finished with nothing left to do.
 			if j != nil && j.Seq <= o.Seq && j.Status.Terminal() && j.ReadyQueue == "" {
-				w.remove(j)
+				w.remove(j, ref)
 				n++
 			}
 		}
@@ -527,15 +570,19 @@ func (s *Store) insert(w *wbatch, j *domain.Job) (storekit.Result, error) {
 		return storekit.Result{}, err
 	}
 	var expired *domain.Job
+	var expiredRef bodyRef
 	if holder != nil {
-		existing, err := w.load(domain.JobID(holder))
+		existing, ref, err := w.load(domain.JobID(holder))
 		if err != nil {
 			return storekit.Result{}, err
 		}
 		if existing != nil && !existing.Expired(j.CreatedAt) {
+			if err := w.withBody(existing, ref); err != nil {
+				return storekit.Result{}, err
+			}
 			return storekit.Result{Job: existing}, nil
 		}
-		expired = existing
+		expired, expiredRef = existing, ref
 	}
 	// Job ids are not checked for collisions: domain.IDGenerator makes them
 	// unique (time-ordered, strictly increasing, 80 random bits).
@@ -548,14 +595,18 @@ func (s *Store) insert(w *wbatch, j *domain.Job) (storekit.Result, error) {
 	if stored.ReadyQueue == "" {
 		stored.ReadySeq = 0 // scheduled: in no lane until PromoteDue makes it ready
 	}
-	if s.vbuf, err = encodeJob(s.vbuf[:0], &stored); err != nil {
+	ref := refOf(stored.Body)
+	if s.vbuf, err = encodeJob(s.vbuf[:0], &stored, ref); err != nil {
 		return storekit.Result{}, err
 	}
 	if expired != nil {
-		w.remove(expired)
+		w.remove(expired, expiredRef)
 	}
 	s.seq++
 	w.put(nil, &stored, s.vbuf)
+	if ref.apart() {
+		w.set(bodyKey(s.kbuf[:0], stored.ID), stored.Body) // the only write of the body
+	}
 	return storekit.Result{Job: &stored, Fresh: true}, nil
 }
 
@@ -596,7 +647,7 @@ func (s *Store) promote(w *wbatch, at time.Time, limit int) (storekit.Result, er
 	if err != nil {
 		return storekit.Result{}, err
 	}
-	var due []*domain.Job
+	var due []loaded
 	var stale [][]byte
 	for ok := it.First(); ok && len(due) < limit; ok = it.Next() {
 		nb, seq, okKey := parseTimeSeqKey(it.Key())
@@ -604,7 +655,7 @@ func (s *Store) promote(w *wbatch, at time.Time, limit int) (storekit.Result, er
 		if !okKey || !okVal {
 			return storekit.Result{}, errors.Join(errCorruptIndex, it.Close())
 		}
-		j, err := w.load(domain.JobID(id))
+		j, ref, err := w.load(domain.JobID(id))
 		if err != nil {
 			return storekit.Result{}, errors.Join(err, it.Close())
 		}
@@ -612,7 +663,7 @@ func (s *Store) promote(w *wbatch, at time.Time, limit int) (storekit.Result, er
 			stale = append(stale, append([]byte(nil), it.Key()...))
 			continue
 		}
-		due = append(due, j)
+		due = append(due, loaded{j, ref})
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return storekit.Result{}, err
@@ -621,14 +672,19 @@ func (s *Store) promote(w *wbatch, at time.Time, limit int) (storekit.Result, er
 		w.del(k)
 	}
 	out := make([]*domain.Job, 0, len(due))
-	for _, j := range due {
-		upd := *j
-		upd.ReadyQueue, upd.ReadySeq = j.Queue, s.seq+1
-		if err := w.update(j, &upd); err != nil {
+	for _, d := range due {
+		upd := *d.job
+		upd.ReadyQueue, upd.ReadySeq = d.job.Queue, s.seq+1
+		if err := w.update(d.job, d.ref, &upd); err != nil {
 			w.fail(err) // not reachable: the record decoded, so it encodes
 			return storekit.Result{}, nil
 		}
 		s.seq++
+		// The dispatcher is offered the promoted job: it needs the body.
+		if err := w.withBody(&upd, d.ref); err != nil {
+			w.fail(err) // the group wrote part of the promotions
+			return storekit.Result{}, nil
+		}
 		out = append(out, &upd)
 	}
 	return storekit.Result{Jobs: out}, nil
@@ -638,7 +694,7 @@ func (s *Store) promote(w *wbatch, at time.Time, limit int) (storekit.Result, er
 // delivery due in p.DeliverIn with a fresh ReadySeq. A job that is already
 // terminal is left alone: no second delivery.
 func (s *Store) finish(w *wbatch, p *ports.FinishParams) (storekit.Result, error) {
-	j, err := w.load(p.ID)
+	j, ref, err := w.load(p.ID)
 	if err != nil || j == nil {
 		return notFound, err
 	}
@@ -658,12 +714,12 @@ func (s *Store) finish(w *wbatch, p *ports.FinishParams) (storekit.Result, error
 	ttl := domain.RetentionTTL(p.Status, p.Retention)
 	if p.DeliverIn == "" {
 		upd.ReadyQueue, upd.ExpiresAt = "", p.Now.Add(ttl)
-		return storekit.Result{}, w.update(j, &upd)
+		return storekit.Result{}, w.update(j, ref, &upd)
 	}
 	upd.ReadyQueue, upd.ReadySeq = p.DeliverIn, s.seq+1
 	upd.Delivery = &domain.Delivery{Status: domain.DeliveryPending}
 	upd.ExpiresAt = p.Now.Add(max(ttl, domain.QueuedTTL)) // time to deliver
-	if err := w.update(j, &upd); err != nil {
+	if err := w.update(j, ref, &upd); err != nil {
 		return storekit.Result{}, err
 	}
 	s.seq++
@@ -676,20 +732,20 @@ func (s *Store) recoverInFlight(w *wbatch, now time.Time) (storekit.Result, erro
 		return storekit.Result{}, err
 	}
 	// Read every record before writing any, so a failed read changes nothing.
-	var jobs []*domain.Job
+	var jobs []loaded
 	for _, id := range ids {
-		j, err := w.load(id)
+		j, ref, err := w.load(id)
 		if err != nil {
 			return storekit.Result{}, err
 		}
 		if j != nil && j.Status == domain.StatusInFlight {
-			jobs = append(jobs, j)
+			jobs = append(jobs, loaded{j, ref})
 		}
 	}
-	for _, j := range jobs {
-		upd := *j
+	for _, l := range jobs {
+		upd := *l.job
 		upd.Status, upd.UpdatedAt = domain.StatusQueued, now
-		if err := w.update(j, &upd); err != nil {
+		if err := w.update(l.job, l.ref, &upd); err != nil {
 			w.fail(err) // not reachable: the record decoded, so it encodes
 		}
 	}
@@ -697,22 +753,27 @@ func (s *Store) recoverInFlight(w *wbatch, now time.Time) (storekit.Result, erro
 }
 
 func (s *Store) resetStale(w *wbatch, candidates []*domain.Job, p *ports.ResetStaleParams) (storekit.Result, error) {
-	var jobs []*domain.Job
+	var jobs []loaded
 	for _, c := range candidates {
-		j, err := w.load(c.ID)
+		j, ref, err := w.load(c.ID)
 		if err != nil {
 			return storekit.Result{}, err
 		}
 		if j != nil && j.Status == domain.StatusInFlight && j.DispatchedAt.Before(p.DispatchedBefore) && !p.Exclude[j.ID] {
-			jobs = append(jobs, j)
+			jobs = append(jobs, loaded{j, ref})
 		}
 	}
 	reset := make([]*domain.Job, 0, len(jobs))
-	for _, j := range jobs {
-		upd := *j
+	for _, l := range jobs {
+		upd := *l.job
 		upd.Status, upd.UpdatedAt, upd.ExpiresAt = domain.StatusQueued, p.Now, p.Now.Add(domain.QueuedTTL)
-		if err := w.update(j, &upd); err != nil {
+		if err := w.update(l.job, l.ref, &upd); err != nil {
 			w.fail(err) // not reachable: the record decoded, so it encodes
+		}
+		// Returned as the contract says, the body with it.
+		if err := w.withBody(&upd, l.ref); err != nil {
+			w.fail(err)
+			return storekit.Result{}, nil
 		}
 		reset = append(reset, &upd)
 	}
@@ -726,6 +787,7 @@ func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (storekit.Result,
 	type due struct {
 		key []byte
 		job *domain.Job // nil: the entry is stale
+		ref bodyRef
 	}
 	var todo []due
 	taken := make(map[domain.JobID]bool, len(keys))
@@ -734,16 +796,16 @@ func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (storekit.Result,
 		if !ok {
 			continue
 		}
-		j, err := w.load(id)
+		j, ref, err := w.load(id)
 		if err != nil {
 			return storekit.Result{}, err
 		}
 		switch {
 		case j != nil && j.Expired(now) && !taken[id]:
 			taken[id] = true
-			todo = append(todo, due{k, j})
+			todo = append(todo, due{k, j, ref})
 		case j == nil || storekit.Millis(j.ExpiresAt) != exp:
-			todo = append(todo, due{k, nil})
+			todo = append(todo, due{k, nil, bodyRef{}})
 		}
 	}
 	var n int64
@@ -752,7 +814,7 @@ func (s *Store) purge(w *wbatch, keys [][]byte, now time.Time) (storekit.Result,
 			w.del(d.key)
 			continue
 		}
-		w.remove(d.job)
+		w.remove(d.job, d.ref)
 		w.del(d.key) // the job's own entry, or a stale one
 		n++
 	}
