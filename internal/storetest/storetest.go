@@ -59,6 +59,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		{"Position", testPosition},
 		{"DeferralsAreKeptAndReset", testDeferrals},
 		{"RoundTripsBinaryBodies", testBinaryRoundTrip},
+		{"BodiesOfEverySizeSurviveTheLifecycle", testBodySizes},
 		{"WritesReportHealthy", testWritesHealthy},
 		{"ClosedStoreFails", testClosed},
 	}
@@ -548,6 +549,119 @@ func testBinaryRoundTrip(t *testing.T, s ports.JobStore) {
 	got := mustGet(t, s, j.ID)
 	if string(got.Body) != string(j.Body) || string(got.Result.Body) != string(res.Body) || len(got.Headers) != 0 {
 		t.Fatalf("binary round trip: body %x result %x headers %v", got.Body, got.Result.Body, got.Headers)
+	}
+}
+
+// testBodySizes follows request bodies of the sizes a store may keep
+// differently (none, empty, a few bytes, around Pebble's 64-byte limit for
+// keeping a body in the record, several pages, binary) through every write
+// of a lifecycle, Insert and InsertBatch, and checks each read returns the
+// body unchanged: Get, Lookup and ListReady after every step.
+func testBodySizes(t *testing.T, s ports.JobStore) {
+	sizes := []int{-1, 0, 7, 64, 65, 1 << 10, 20 << 10}
+	body := func(n int) []byte {
+		if n < 0 {
+			return nil
+		}
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i*7 + n) // binary, different for every size
+		}
+		return b
+	}
+	// The contract is the bytes: a store may give a nil body for an empty
+	// one (nothing is sent either way).
+	same := func(got, want []byte) bool { return string(got) == string(want) }
+	const lane = "bodies.test:80"
+	var jobs []*domain.Job
+	var batch []*domain.Job
+	for _, n := range sizes {
+		j := NewJob("u", fmt.Sprint("one-", n), lane)
+		j.Body = body(n)
+		jobs = append(jobs, mustInsert(t, s, j))
+		b := NewJob("u", fmt.Sprint("batch-", n), lane)
+		b.Body = body(n)
+		batch = append(batch, b)
+	}
+	out, err := s.InsertBatch(ctx(t), batch)
+	if err != nil {
+		t.Fatalf("InsertBatch: %v", err)
+	}
+	for i, o := range out {
+		if !o.Fresh {
+			t.Fatalf("InsertBatch: job %d not fresh", i)
+		}
+		jobs = append(jobs, o.Job)
+	}
+	want := func(i int) []byte { return body(sizes[i%len(sizes)]) }
+	check := func(step string) {
+		t.Helper()
+		for i, j := range jobs {
+			if got := mustGet(t, s, j.ID); !same(got.Body, want(i)) {
+				t.Fatalf("%s: Get(%s) body of %d bytes (nil %v), want %d", step, j.IdempotentKey, len(got.Body), got.Body == nil, sizes[i%len(sizes)])
+			}
+			got, err := s.Lookup(ctx(t), j.UserID, j.IdempotentKey)
+			if err != nil {
+				t.Fatalf("%s: Lookup(%s): %v", step, j.IdempotentKey, err)
+			}
+			if !same(got.Body, want(i)) {
+				t.Fatalf("%s: Lookup(%s) body of %d bytes (nil %v), want %d", step, j.IdempotentKey, len(got.Body), got.Body == nil, sizes[i%len(sizes)])
+			}
+		}
+	}
+	checkReady := func(step, lane string) {
+		t.Helper()
+		r := ready(t, s, lane)
+		if len(r) != len(jobs) {
+			t.Fatalf("%s: ListReady(%s) = %d jobs, want %d", step, lane, len(r), len(jobs))
+		}
+		byID := make(map[domain.JobID]int, len(jobs))
+		for i, j := range jobs {
+			byID[j.ID] = i
+		}
+		for _, j := range r {
+			if i, ok := byID[j.ID]; !ok || !same(j.Body, want(i)) {
+				t.Fatalf("%s: ListReady(%s) gave %s with a body of %d bytes", step, lane, j.IdempotentKey, len(j.Body))
+			}
+		}
+	}
+	check("inserted")
+	checkReady("inserted", lane)
+	now := time.Now()
+	for _, j := range jobs {
+		if err := s.MarkInFlight(ctx(t), &ports.MarkInFlightParams{ID: j.ID, Seq: j.Seq, At: now}); err != nil {
+			t.Fatalf("MarkInFlight: %v", err)
+		}
+		if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: j.ID, Seq: j.Seq, Phase: domain.PhaseDispatch, Attempts: 1,
+			Reason: "upstream returned 503", Now: now}); err != nil {
+			t.Fatalf("Requeue: %v", err)
+		}
+	}
+	check("requeued")
+	checkReady("requeued", lane)
+	for _, j := range jobs {
+		res := &domain.Result{ResponseStatus: 200, Body: []byte("ok")}
+		if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusCompleted, Attempts: 2,
+			Result: res, Now: now, DeliverIn: "hooks.test:80"}); err != nil {
+			t.Fatalf("Finish: %v", err)
+		}
+	}
+	check("finished")
+	checkReady("finished", "hooks.test:80")
+	for _, j := range jobs {
+		if err := s.FinishDelivery(ctx(t), &ports.FinishDeliveryParams{ID: j.ID, Seq: j.Seq, Delivered: true, Attempts: 1,
+			Response: 204, Now: now}); err != nil {
+			t.Fatalf("FinishDelivery: %v", err)
+		}
+	}
+	check("delivered")
+	for _, j := range jobs {
+		if err := s.Delete(ctx(t), j.ID); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		if _, err := s.Get(ctx(t), j.ID); !errors.Is(err, domain.ErrNotFound) {
+			t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
+		}
 	}
 }
 
