@@ -172,18 +172,7 @@ func TestMigrateLayout2(t *testing.T) {
 	}
 	checkIndexes(t, s)
 	checkListing(t, s, layout2Filters)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersion {
-		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
-	}
-	s, err = Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t),
-		migrateHook: func(int) error { return errors.New("a migrated store was migrated again") }, migrateChunk: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopenMigrated(t, s, dir)
 	checkIndexes(t, s)
 	checkListing(t, s, layout2Filters)
 }
@@ -397,18 +386,7 @@ func TestMigrateLayout3(t *testing.T) {
 		t.Fatalf("PromoteDue after migrating = %v, %v", p, err)
 	}
 	checkIndexes(t, s)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersion {
-		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
-	}
-	s, err = Open(ctx, Options{Dir: dir, Logger: zaptestLogger(t),
-		migrateHook: func(int) error { return errors.New("a migrated store was migrated again") }, migrateChunk: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopenMigrated(t, s, dir)
 	checkIndexes(t, s)
 }
 
@@ -723,18 +701,7 @@ func TestMigrateLayout5(t *testing.T) {
 		t.Fatalf("%d body keys after deleting one moved job, want %d", n, wantKeys-1)
 	}
 	checkIndexes(t, s)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersion {
-		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
-	}
-	s, err = Open(ctx, Options{Dir: dir, Logger: zaptestLogger(t),
-		migrateHook: func(int) error { return errors.New("a migrated store was migrated again") }, migrateChunk: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopenMigrated(t, s, dir)
 	checkLayout5Bodies(t, s)
 	checkIndexes(t, s)
 	for {
@@ -750,4 +717,24 @@ func TestMigrateLayout5(t *testing.T) {
 		t.Fatalf("after purging everything: %d body keys, %d records", n, recs)
 	}
 	checkIndexes(t, s)
+}
+
+// reopenMigrated closes s, a store a test migrated, checks that dir holds
+// the current layout, and opens it again, failing if that migrates it a
+// second time. The store returned is closed when the test ends.
+func reopenMigrated(t *testing.T, s *Store, dir string) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersion {
+		t.Fatalf("format after migrating = %v, want %d", v, layoutVersion)
+	}
+	s, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t),
+		migrateHook: func(int) error { return errors.New("a migrated store was migrated again") }, migrateChunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
