@@ -82,6 +82,7 @@ type options struct {
 	pacingRates   []float64
 	scaleBody     int
 	scaleCSV      string
+	scaleSettle   time.Duration
 }
 
 func main() {
@@ -135,6 +136,8 @@ func main() {
 	flag.StringVar(&backlogs, "scale-backlogs", "0,100000,1000000", "scale scenario: queued jobs at each step, rising")
 	flag.IntVar(&o.scaleBody, "scale-body", 1024, "scale scenario: bytes of request body per job (the fill's, ingest's and e2e's)")
 	flag.StringVar(&o.scaleCSV, "scale-csv", "", "scale scenario: also write its rows to this CSV file")
+	flag.DurationVar(&o.scaleSettle, "scale-settle", 3*time.Minute,
+		"scale scenario: after each fill, wait at most this long for the daemon to stay under a tenth of a core for 2 s (the store's compactions of the fill)")
 	flag.Parse()
 	var err error
 	o.pacingRates, err = parseRates(pacingRates)

@@ -16,7 +16,8 @@ import (
 // delivery hold up as the store fills. One daemon per store; at each step of
 // -scale-backlogs it tops the queue up to the step with -scale-body jobs for
 // an upstream paced at 1 rps (in POST /jobs/batch requests; the fill is not
-// measured), lets the daemon settle, then measures ingest (-n jobs of the
+// measured), lets the daemon settle (at most -scale-settle; the output says
+// how long it took), then measures ingest (-n jobs of the
 // same size for another 1 rps upstream, which stay queued and count towards
 // the next step) and e2e (-n jobs for a fast target with a webhook) with the
 // same clients as the ingest and e2e scenarios.
@@ -40,10 +41,14 @@ type scaleRow struct {
 	reported int           // what the daemon's /metrics said then (-1: unknown)
 	filled   int           // jobs the fill added
 	fillTime time.Duration // how long the fill took
-	ingest   result
-	e2e      result
-	rss      int64 // after both measurements (VmRSS)
-	peak     int64 // since the daemon started (VmHWM)
+	// How long the daemon took to go quiet after the fill (settle), and
+	// whether it did within -scale-settle.
+	settleTime time.Duration
+	settled    bool
+	ingest     result
+	e2e        result
+	rss        int64 // after both measurements (VmRSS)
+	peak       int64 // since the daemon started (VmHWM)
 }
 
 // parseBacklogs parses -scale-backlogs: non-negative job counts in rising
@@ -125,7 +130,7 @@ func runScale(ctx context.Context, o options) ([]scaleRow, error) {
 				return rows, fmt.Errorf("backlog %d: the fill created %d of %d jobs (%d errors, %d failed requests; first: %s)",
 					step, b.created, fill, b.errors, b.requestErrors, b.firstErr)
 			}
-			d.settle(ctx, 60*time.Second)
+			row.settleTime, row.settled = d.settle(ctx, o.scaleSettle)
 		}
 		row.queued, row.reported = queued(), d.queued(ctx)
 		label := fmt.Sprintf("%s @%d", o.store, step)
@@ -176,20 +181,46 @@ func (r scaleRow) disagrees() bool {
 	return r.reported >= 0 && (diff > r.queued/100+10 || -diff > r.queued/100+10)
 }
 
-// settle waits until the daemon uses under a tenth of a core over half a
-// second (a store's compactions and checkpoints after a fill), at most limit.
-func (d *daemon) settle(ctx context.Context, limit time.Duration) {
-	const every = 500 * time.Millisecond
-	deadline := time.Now().Add(limit)
+// settle waits until the daemon has used under a tenth of a core for
+// settleQuiet in a row (a store's compactions and checkpoints after a fill:
+// Pebble's run one after another with short gaps, which a single quiet
+// half second mistook for the end), at most limit. It returns how long it
+// waited and whether the daemon went quiet.
+func (d *daemon) settle(ctx context.Context, limit time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	var q quietness
 	prev := d.cpuTime()
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(every)
+	for time.Since(start) < limit && ctx.Err() == nil {
+		time.Sleep(settleEvery)
 		now := d.cpuTime()
-		if now-prev < every/10 {
-			return
+		if q.observe(now - prev) {
+			return time.Since(start), true
 		}
 		prev = now
 	}
+	return time.Since(start), false
+}
+
+// settleEvery is how often settle reads the daemon's CPU time, and
+// settleQuiet how long it must stay under a tenth of a core.
+const (
+	settleEvery = 500 * time.Millisecond
+	settleQuiet = 2 * time.Second
+)
+
+// quietness counts the consecutive settle windows in which the daemon used
+// under a tenth of a core.
+type quietness struct{ windows int }
+
+// observe adds a window in which the daemon used cpu and reports whether
+// the last settleQuiet of windows were all quiet.
+func (q *quietness) observe(cpu time.Duration) bool {
+	if cpu >= settleEvery/10 {
+		q.windows = 0
+		return false
+	}
+	q.windows++
+	return time.Duration(q.windows)*settleEvery >= settleQuiet
 }
 
 // scaleCheck is one of the scale targets for one store.
@@ -285,6 +316,13 @@ func printScale(w io.Writer, rows []scaleRow) {
 	}
 	tw.Flush()
 	for _, r := range rows {
+		if r.filled > 0 && !r.settled {
+			fmt.Fprintf(w, "%s @%d: the daemon was still busy %s after the fill (the store's work on it runs into the measurement; -scale-settle waits longer)\n",
+				r.store, r.backlog, r.settleTime.Round(time.Second))
+		} else if r.filled > 0 {
+			fmt.Fprintf(w, "%s @%d: filled %d jobs in %s; the daemon was quiet %s later\n",
+				r.store, r.backlog, r.filled, r.fillTime.Round(time.Second), r.settleTime.Round(time.Second))
+		}
 		if r.disagrees() {
 			fmt.Fprintf(w, "%s @%d: the daemon's /metrics said %d queued, the bench had queued %d (the daemon's counts are spaced out while counting is slow — /health's jobs.age_ms says how old they are — or the count failed)\n",
 				r.store, r.backlog, r.reported, r.queued)

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseBacklogs(t *testing.T) {
@@ -133,5 +134,24 @@ func TestParseRates(t *testing.T) {
 		if _, err := parseRates(bad); err == nil {
 			t.Errorf("parseRates(%q) accepted", bad)
 		}
+	}
+}
+
+// TestQuietnessNeedsTwoQuietSeconds: one quiet half second between two
+// busy ones (a gap between two compactions) is not the end of the store's
+// work; four in a row are.
+func TestQuietnessNeedsTwoQuietSeconds(t *testing.T) {
+	busy, idle := settleEvery/2, settleEvery/20
+	var q quietness
+	for i, c := range []time.Duration{busy, idle, busy, idle, idle, idle} {
+		if q.observe(c) {
+			t.Fatalf("window %d: quiet after %d windows, want four quiet ones in a row", i, i+1)
+		}
+	}
+	if !q.observe(idle) {
+		t.Fatal("four quiet windows in a row: not quiet")
+	}
+	if q.observe(settleEvery / 10) {
+		t.Fatal("a tenth of a core counted as quiet")
 	}
 }
