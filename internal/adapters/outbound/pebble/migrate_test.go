@@ -182,20 +182,7 @@ func TestMigrateLayout2(t *testing.T) {
 // stopped one wrote, also when an older build changed jobs in between.
 func TestMigrateStartsOverAfterACrash(t *testing.T) {
 	dir := copyLayout2(t)
-	crash := errors.New("crash")
-	_, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 10,
-		migrateHook: func(done int) error {
-			if done == 20 {
-				return crash
-			}
-			return nil
-		}})
-	if !errors.Is(err, crash) {
-		t.Fatalf("open with a migration stopped part way = %v", err)
-	}
-	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV2 {
-		t.Fatalf("format after a stopped migration = %v, want layout 2", v)
-	}
+	crashMigration(t, dir, 10, 20, layoutVersionV2)
 	// What an older build could do meanwhile: delete a job the stopped
 	// migration indexed (records are in id order, so the first one).
 	db, err := pebble.Open(dir, &pebble.Options{Logger: zapLogger{zaptestLogger(t)}})
@@ -395,20 +382,7 @@ func TestMigrateLayout3(t *testing.T) {
 // the rest and leaves every entry exactly once.
 func TestMigrateLayout3AfterACrash(t *testing.T) {
 	dir := copyLayout3(t)
-	crash := errors.New("crash")
-	_, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 10,
-		migrateHook: func(done int) error {
-			if done == 20 {
-				return crash
-			}
-			return nil
-		}})
-	if !errors.Is(err, crash) {
-		t.Fatalf("open with a migration stopped part way = %v", err)
-	}
-	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV3 {
-		t.Fatalf("format after a stopped migration = %v, want layout 3", v)
-	}
+	crashMigration(t, dir, 10, 20, layoutVersionV3)
 	s, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -507,20 +481,7 @@ func counterValue(t *testing.T, s *Store, c counter) int64 {
 // the rest, counts the deliveries afresh and leaves every entry once.
 func TestMigrateLayout4AfterACrash(t *testing.T) {
 	dir := copyLayout4(t)
-	crash := errors.New("crash")
-	_, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: 5,
-		migrateHook: func(done int) error {
-			if done == 15 {
-				return crash
-			}
-			return nil
-		}})
-	if !errors.Is(err, crash) {
-		t.Fatalf("open with a migration stopped part way = %v", err)
-	}
-	if v := storedFormat(t, dir); len(v) != 1 || v[0] != layoutVersionV4 {
-		t.Fatalf("format after a stopped migration = %v, want layout 4", v)
-	}
+	crashMigration(t, dir, 5, 15, layoutVersionV4)
 	db, err := pebble.Open(dir, &pebble.Options{Logger: zapLogger{zaptestLogger(t)}, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -737,4 +698,25 @@ func reopenMigrated(t *testing.T, s *Store, dir string) *Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// crashMigration opens the store in dir with a migration of chunk-sized
+// batches that stops once at jobs done, as a crash would, and checks that
+// the store is still at layout was.
+func crashMigration(t *testing.T, dir string, chunk, at int, was byte) {
+	t.Helper()
+	crash := errors.New("crash")
+	_, err := Open(t.Context(), Options{Dir: dir, Logger: zaptestLogger(t), migrateChunk: chunk,
+		migrateHook: func(done int) error {
+			if done == at {
+				return crash
+			}
+			return nil
+		}})
+	if !errors.Is(err, crash) {
+		t.Fatalf("open with a migration stopped part way = %v", err)
+	}
+	if v := storedFormat(t, dir); len(v) != 1 || v[0] != was {
+		t.Fatalf("format after a stopped migration = %v, want layout %d", v, was)
+	}
 }
