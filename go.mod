@@ -3,6 +3,7 @@ module github.com/aquiferhq/aquifer
 go 1.26.8
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/a2aproject/a2a-go v0.3.3
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0

@@ -28,6 +28,7 @@ const ProtocolVersion = "0.1"
 type Identity struct {
 	priv ed25519.PrivateKey
 	pub  ed25519.PublicKey
+	key  *signingKey // priv expanded once, for signing
 }
 
 // KeySource says where an identity came from, for the start-up log.
@@ -144,7 +145,7 @@ func IdentityFromKey(priv ed25519.PrivateKey) (*Identity, error) {
 }
 
 func newIdentity(priv ed25519.PrivateKey) *Identity {
-	return &Identity{priv: priv, pub: priv.Public().(ed25519.PublicKey)}
+	return &Identity{priv: priv, pub: priv.Public().(ed25519.PublicKey), key: expandKey(priv)}
 }
 
 // PublicKey returns the raw 32-byte public key.
@@ -160,8 +161,9 @@ func (id *Identity) KeyID() string { return base64.StdEncoding.EncodeToString(id
 // "whpk_" + base64 of the raw key.
 func (id *Identity) StandardWebhooksKey() string { return "whpk_" + id.PublicKeyBase64() }
 
-// sign signs msg with the identity.
-func (id *Identity) sign(msg []byte) []byte { return ed25519.Sign(id.priv, msg) }
+// sign signs msg with the identity: the bytes ed25519.Sign(id.priv, msg)
+// would return, made with the key expanded once (sign.go).
+func (id *Identity) sign(msg []byte) []byte { return id.key.sign(msg) }
 
 // writeFileAtomic writes data to a temporary file in the same directory and
 // renames it over path, so a crash never leaves a half-written file.
