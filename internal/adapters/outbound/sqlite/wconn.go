@@ -182,6 +182,12 @@ func (st *wstmt) bind(args []any) error {
 	return nil
 }
 
+// add binds v after the arguments bound so far; v is an int64 or a string
+// (the driver's own types, so no conversion).
+func (st *wstmt) add(v driver.Value) {
+	st.args = append(st.args, driver.NamedValue{Ordinal: len(st.args) + 1, Value: v})
+}
+
 // unbind drops the references to the arguments, so that a body does not
 // stay alive in the statement until its next use.
 func (st *wstmt) unbind() {
@@ -195,6 +201,12 @@ func (w *wconn) exec(ctx context.Context, st *wstmt, args ...any) (int64, error)
 	if err := st.bind(args); err != nil {
 		return 0, err
 	}
+	return w.run(ctx, st)
+}
+
+// run runs st with the arguments bound to it (bind, add) and unbinds them.
+// Only inside raw (tx).
+func (w *wconn) run(ctx context.Context, st *wstmt) (int64, error) {
 	res, err := st.ds.ExecContext(ctx, st.args)
 	st.unbind()
 	if err != nil {

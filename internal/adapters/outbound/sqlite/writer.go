@@ -21,9 +21,16 @@ type rowStmt struct{ byID, bySeq *wstmt }
 func (r rowStmt) exec(ctx context.Context, w *wconn, seq int64, id domain.JobID, args ...any) (int64, error) {
 	st := r.byID
 	if seq > 0 {
-		st, args = r.bySeq, append(args, seq)
+		st = r.bySeq
 	}
-	return w.exec(ctx, st, append(args, string(id))...)
+	if err := st.bind(args); err != nil {
+		return 0, err
+	}
+	if seq > 0 {
+		st.add(seq)
+	}
+	st.add(string(id)) // bound after args without copying them: no slice grows per row
+	return w.run(ctx, st)
 }
 
 type writeStmts struct {
