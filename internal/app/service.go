@@ -451,24 +451,36 @@ func (s *Service) countBatch(jobs []*domain.Job, out []ports.InsertOutcome, err 
 // checkDestinations refuses a job whose url or webhook_url the destination
 // rules forbid, when that can be known before dialing (literal addresses,
 // denied names); addresses names resolve to are checked at dial time.
-func (s *Service) checkDestinations(tenant, url, webhookURL string) error {
-	if url != "" {
-		if err := s.checkDestination(tenant, "url", url); err != nil {
+// req has been validated, so its URLs' hosts are known without parsing.
+func (s *Service) checkDestinations(tenant string, req *domain.JobRequest) error {
+	for _, f := range [2]struct{ field, url string }{{"url", req.URL}, {"webhook_url", req.WebhookURL}} {
+		if f.url == "" {
+			continue
+		}
+		var err error
+		if host, ok := req.ValidatedHost(f.url); ok {
+			err = s.policyOf(tenant).CheckURLHost(f.field, host)
+		} else {
+			err = s.checkDestination(tenant, f.field, f.url)
+		}
+		if err != nil {
 			return err
 		}
-	}
-	if webhookURL != "" {
-		return s.checkDestination(tenant, "webhook_url", webhookURL)
 	}
 	return nil
 }
 
 func (s *Service) checkDestination(tenant, field, url string) error {
-	p := s.policy
+	return s.policyOf(tenant).CheckURL(field, url)
+}
+
+// policyOf is the destination rules for tenant's jobs: its own, or else
+// the server's.
+func (s *Service) policyOf(tenant string) *domain.DestinationPolicy {
 	if tp := s.tenants.Policy(tenant); tp != nil {
-		p = tp
+		return tp
 	}
-	return p.CheckURL(field, url)
+	return s.policy
 }
 
 // countSubmission tells Metrics how a submission ended.
@@ -495,7 +507,7 @@ func (s *Service) prepare(ctx context.Context, req *domain.JobRequest) (*domain.
 		return nil, err
 	}
 	tenant := tenantpkg.From(ctx)
-	if err := s.checkDestinations(tenant, req.URL, req.WebhookURL); err != nil {
+	if err := s.checkDestinations(tenant, req); err != nil {
 		return nil, err
 	}
 	tenantpkg.ScopeRequest(tenant, req)

@@ -91,7 +91,13 @@ func (p *DestinationPolicy) CheckURL(field, raw string) error {
 	if err != nil {
 		return Invalid(field, "%s is not a valid URL", field)
 	}
-	if err := p.CheckHost(u.Hostname()); err != nil {
+	return p.CheckURLHost(field, u.Hostname())
+}
+
+// CheckURLHost is CheckURL for a URL already parsed: host is its
+// url.URL.Hostname.
+func (p *DestinationPolicy) CheckURLHost(field, host string) error {
+	if err := p.CheckHost(host); err != nil {
 		var d *DestinationDeniedError
 		if errors.As(err, &d) {
 			switch d.Rule {

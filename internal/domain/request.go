@@ -55,6 +55,25 @@ type JobRequest struct {
 
 	upstream UpstreamKey // set by Validate
 	resolved JobOptions  // set by ResolveOptions
+
+	// The hosts of URL and WebhookURL as Validate parsed them, so that the
+	// destination check does not parse them again (ValidatedHost).
+	urlHost, webhookHost validatedHost
+}
+
+// validatedHost is the host of the URL raw.
+type validatedHost struct{ raw, host string }
+
+// ValidatedHost returns the host (url.URL.Hostname) of raw when Validate
+// parsed exactly raw as r's url or webhook_url; ok is false otherwise (not
+// validated, or changed since).
+func (r *JobRequest) ValidatedHost(raw string) (host string, ok bool) {
+	for _, v := range [2]validatedHost{r.urlHost, r.webhookHost} {
+		if v.raw == raw && raw != "" {
+			return v.host, true
+		}
+	}
+	return "", false
 }
 
 // ResolveOptions checks r.Options against the server's bounds and fixes
@@ -111,6 +130,7 @@ func (r *JobRequest) Validate() error {
 			return err
 		}
 		r.upstream, _ = upstreamOfURL(u)
+		r.urlHost = validatedHost{r.URL, u.Hostname()}
 	default:
 		if err := ValidatePoolID("pool_id", r.PoolID); err != nil {
 			return err
@@ -128,9 +148,11 @@ func (r *JobRequest) Validate() error {
 		return Invalid("method", "method CONNECT is not supported")
 	}
 	if r.WebhookURL != "" {
-		if err := ValidateTargetURL("webhook_url", r.WebhookURL); err != nil {
+		u, err := parseTargetURL("webhook_url", r.WebhookURL)
+		if err != nil {
 			return err
 		}
+		r.webhookHost = validatedHost{r.WebhookURL, u.Hostname()}
 	}
 	return ValidateHeaders("headers", r.Headers)
 }

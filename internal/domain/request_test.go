@@ -627,3 +627,28 @@ func TestJobPhase(t *testing.T) {
 		}
 	}
 }
+
+// Validate remembers the hosts it parsed, for the destination check; a URL
+// changed afterwards is not mistaken for the one it parsed.
+func TestJobRequestValidatedHost(t *testing.T) {
+	r := validRequest()
+	r.URL, r.WebhookURL = "https://API.example.com:8443/v1?x=1", "http://[::1]:9/hook"
+	if host, ok := r.ValidatedHost(r.URL); ok || host != "" {
+		t.Fatalf("before Validate: ValidatedHost = %q, %v; want nothing", host, ok)
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for raw, want := range map[string]string{r.URL: "API.example.com", r.WebhookURL: "::1"} {
+		if host, ok := r.ValidatedHost(raw); !ok || host != want {
+			t.Errorf("ValidatedHost(%q) = %q, %v; want %q, true", raw, host, ok, want)
+		}
+	}
+	r.URL = "http://other.test/"
+	if _, ok := r.ValidatedHost(r.URL); ok {
+		t.Error("ValidatedHost answered for a URL set after Validate")
+	}
+	if _, ok := r.ValidatedHost(""); ok {
+		t.Error("ValidatedHost answered for an empty URL")
+	}
+}
