@@ -94,6 +94,14 @@ func main() {
 		}
 		return
 	}
+	if addr := os.Getenv(envFloorAddr); addr != "" {
+		// Re-executed by the floor scenario (floor.go).
+		if err := serveFloor(addr, os.Getenv(envFloorDir), os.Getenv(envFloorSync)); err != nil {
+			fmt.Fprintln(os.Stderr, "floor server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	var scen, backlogs string
 	flag.StringVar(&o.aquiferd, "aquiferd", "./bin/aquiferd", "aquiferd binary to start for each scenario")
@@ -101,7 +109,7 @@ func main() {
 	flag.IntVar(&o.jobs, "n", 20000, "jobs per scenario")
 	flag.IntVar(&o.clients, "c", 64, "concurrent clients")
 	flag.IntVar(&o.backlog, "backlog", 100000, "jobs queued in the backlog scenario")
-	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,backlog", "scenarios: ceiling, ingest, e2e, backlog, pacing, fairness, listing, cluster, batch, scheduled, due, budget, adaptive, scale (comma-separated) or all (all but budget, adaptive and scale); cluster needs Postgres and uses at most 1,000 jobs; scale fills each store to -scale-backlogs (minutes per store)")
+	flag.StringVar(&scen, "scenario", "ceiling,ingest,e2e,floor,backlog", "scenarios: ceiling, ingest, e2e, floor, backlog, pacing, fairness, listing, cluster, batch, scheduled, due, budget, adaptive, scale (comma-separated) or all (all but budget, adaptive and scale); cluster needs Postgres and uses at most 1,000 jobs; scale fills each store to -scale-backlogs (minutes per store)")
 	flag.StringVar(&o.sync, "sync", "full", "AQUIFER_SQLITE_SYNC for the daemon: full or normal")
 	flag.StringVar(&o.store, "store", "sqlite", "AQUIFER_STORE_BACKEND for the daemon: sqlite, pebble or postgres; a comma-separated list runs each scenario on each")
 	flag.StringVar(&o.pgDSN, "pg-dsn", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
@@ -152,7 +160,7 @@ func main() {
 		os.Exit(2)
 	}
 	if scen == "all" {
-		scen = "ceiling,ingest,e2e,backlog,pacing,fairness,listing,cluster,batch,scheduled,due"
+		scen = "ceiling,ingest,e2e,floor,backlog,pacing,fairness,listing,cluster,batch,scheduled,due"
 	}
 	for _, s := range strings.Split(scen, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -185,6 +193,7 @@ func run(ctx context.Context, o options) error {
 		if len(results) > 0 {
 			printTable(os.Stdout, results)
 			printTargets(os.Stdout, evaluateTargets(results, o.clients), o.clients)
+			printFloor(os.Stdout, compareFloor(results))
 		}
 		if len(paced) > 0 {
 			printPacing(os.Stdout, paced)
@@ -219,8 +228,12 @@ func run(ctx context.Context, o options) error {
 			cluster = r
 			continue
 		}
-		if s == "ceiling" { // the same for every store: once
-			r, err := runCeiling(ctx, o)
+		if s == "ceiling" || s == "floor" { // the same for every store: once
+			run := runCeiling
+			if s == "floor" {
+				run = runFloor
+			}
+			r, err := run(ctx, o)
 			if err != nil {
 				report()
 				return fmt.Errorf("%s: %w", s, err)

@@ -109,3 +109,77 @@ func printTargets(w io.Writer, ts []targetCheck, clients int) {
 		fmt.Fprintf(w, "  (the p99 target is stated at 64 clients; this run used %d)\n", clients)
 	}
 }
+
+// floorLine is one comparison with the floor row (floor.go).
+type floorLine struct {
+	row   string // the row compared with the floor, or the floor's own
+	what  string
+	value float64
+}
+
+// floorReport relates the floor row to the ceiling and to each e2e row of
+// the same run. verdicts name the issue 21 targets the floor itself misses
+// in this run: trimming aquiferd's own work cannot meet those here.
+type floorReport struct {
+	lines    []floorLine
+	verdicts []string
+}
+
+// compareFloor builds the report; it is empty without a floor row with its
+// costs measured.
+func compareFloor(rs []result) floorReport {
+	var floor, ceiling *result
+	for i := range rs {
+		switch {
+		case rs[i].kind == "floor" && rs[i].accepted > 0 && rs[i].cost.cpu > 0:
+			floor = &rs[i]
+		case rs[i].kind == "ceiling" && rs[i].accepted > 0:
+			ceiling = &rs[i]
+		}
+	}
+	var fr floorReport
+	if floor == nil {
+		return fr
+	}
+	if ceiling != nil && ceiling.cost.cpu > 0 {
+		v := float64(floor.cost.cpu) / float64(ceiling.cost.cpu)
+		fr.lines = append(fr.lines, floorLine{floor.scenario, "CPU per e2e job ÷ ceiling CPU per request", v})
+		if v > targetCPURatio {
+			fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's CPU per job is %.2f× the ceiling's, above the %g× target", v, targetCPURatio))
+		}
+	}
+	if ceiling != nil && ceiling.ingest > 0 && floor.e2e > 0 {
+		v := floor.e2e / ceiling.ingest
+		fr.lines = append(fr.lines, floorLine{floor.scenario, "e2e jobs/s ÷ ceiling requests/s", v})
+		if v < targetE2ERatio {
+			fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's e2e rate is %.2f× the ceiling's, below the %g× target", v, targetE2ERatio))
+		}
+	}
+	for _, r := range rs {
+		if r.kind != "e2e" {
+			continue
+		}
+		if r.cost.cpu > 0 {
+			fr.lines = append(fr.lines, floorLine{r.scenario, "CPU per e2e job ÷ the floor's", float64(r.cost.cpu) / float64(floor.cost.cpu)})
+		}
+		if r.e2e > 0 && floor.e2e > 0 {
+			fr.lines = append(fr.lines, floorLine{r.scenario, "e2e jobs/s ÷ the floor's", r.e2e / floor.e2e})
+		}
+	}
+	return fr
+}
+
+func printFloor(w io.Writer, fr floorReport) {
+	if len(fr.lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nthe floor (the least work an e2e job needs, same parts, same run):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, l := range fr.lines {
+		fmt.Fprintf(tw, "  %s\t%s\t%.2f×\t\n", l.row, l.what, l.value)
+	}
+	tw.Flush()
+	for _, v := range fr.verdicts {
+		fmt.Fprintf(w, "  %s: even the floor misses it in this run\n", v)
+	}
+}
