@@ -58,6 +58,8 @@ const (
 	envFloorAddr = "AQUIFER_BENCH_FLOOR_ADDR"
 	envFloorDir  = "AQUIFER_BENCH_FLOOR_DIR"
 	envFloorSync = "AQUIFER_BENCH_FLOOR_SYNC"
+	// envFloorDispatch "false": accept jobs and never send them.
+	envFloorDispatch = "AQUIFER_BENCH_FLOOR_DISPATCH"
 )
 
 const (
@@ -67,8 +69,10 @@ const (
 	floorMaxAnswer = 1 << 20
 )
 
-// runFloor measures the floor server with the e2e row's clients, target and
-// receiver (e2eOn).
+// runFloor measures two floor servers, each fresh: one that only ingests
+// (it never dispatches, like the ingest row's 1 rps upstream), with the
+// ingest row's clients, and one that does the whole job, with the e2e row's
+// clients, target and receiver (e2eOn).
 func runFloor(ctx context.Context, o options) ([]result, error) {
 	target, err := newTarget()
 	if err != nil {
@@ -80,38 +84,69 @@ func runFloor(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	defer hooks.close()
+
+	var out []result
+	for _, dispatch := range []bool{false, true} {
+		d, stop, err := startFloor(ctx, o, dispatch)
+		if err != nil {
+			return out, err
+		}
+		var r result
+		if dispatch {
+			r = e2eOn(ctx, o, d, target, hooks, "floor")
+			r.scenario, r.kind = "floor e2e (the least an e2e job needs)", "floor"
+		} else {
+			w := d.begin(ctx)
+			l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, "floor ingest", bodyMaker(o, "floor-ingest", target.url()+"/t", hooks.url()+"/hook"))
+			r = result{scenario: "floor ingest (the least a durable accept needs)", kind: "floor-ingest", accepted: l.accepted,
+				failed: l.rejected + l.errors, ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
+				lost: -1, rss: d.peakRSS(), note: l.firstErr, cost: w.end(ctx, l.accepted)}
+		}
+		r.store = ""
+		if logs := stop(); r.note == "" && (r.lost > 0 || r.failed > 0) {
+			r.note = logs
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// startFloor starts a floor server in its own process with a fresh
+// database; dispatch false: it accepts jobs and never sends them. stop
+// kills it, removes its database and returns what it logged.
+func startFloor(ctx context.Context, o options, dispatch bool) (*daemon, func() string, error) {
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	dir, err := os.MkdirTemp("", "aquifer-floor-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer os.RemoveAll(dir)
 	cmd := exec.CommandContext(ctx, self)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=127.0.0.1:%d", envFloorAddr, port), envFloorDir+"="+dir,
-		envFloorSync+"="+o.sync)
+		envFloorSync+"="+o.sync, envFloorDispatch+"="+strconv.FormatBool(dispatch))
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		os.RemoveAll(dir)
+		return nil, nil, err
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	stop := func() string {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		os.RemoveAll(dir)
+		return strings.TrimSpace(logs.String())
+	}
 	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
 	if err := d.waitHealthy(ctx, 10*time.Second); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, logs.String())
+		return nil, nil, fmt.Errorf("%w\n%s", err, stop())
 	}
-	r := e2eOn(ctx, o, d, target, hooks, "floor")
-	r.scenario, r.kind, r.store = "floor (the least an e2e job needs)", "floor", o.sync+" sync"
-	if r.note == "" && r.lost > 0 {
-		r.note = strings.TrimSpace(logs.String())
-	}
-	return []result{r}, nil
+	return d, stop, nil
 }
 
 // floorServer is what runFloor starts (see the file comment).
@@ -126,6 +161,7 @@ type floorServer struct {
 	written         chan struct{} // closed when it stopped
 	rt              http.RoundTripper
 	id              *l8.Identity
+	hold            bool // accept jobs, never send them (set before serving)
 }
 
 type floorJob struct {
@@ -174,11 +210,12 @@ CREATE UNIQUE INDEX jobs_idempotency ON jobs (user_id, idempotent_key);
 // serveFloor runs the floor server on addr with its database in dir, until
 // the process is killed. With AQUIFER_DEBUG_ADDR set it also serves
 // net/http/pprof there, as aquiferd does.
-func serveFloor(addr, dir, syncMode string) error {
+func serveFloor(addr, dir, syncMode string, dispatch bool) error {
 	s, err := newFloorServer(dir, syncMode)
 	if err != nil {
 		return err
 	}
+	s.hold = !dispatch
 	if debug := os.Getenv("AQUIFER_DEBUG_ADDR"); debug != "" {
 		go func() { _ = http.ListenAndServe(debug, pprofMux()) }()
 	}
@@ -286,7 +323,9 @@ func (s *floorServer) postJob(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(append(out, `","status":"queued"}`...))
-	s.jobs <- j
+	if !s.hold {
+		s.jobs <- j
+	}
 }
 
 // write hands one op to the writer and waits for its commit.

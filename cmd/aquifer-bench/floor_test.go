@@ -122,6 +122,45 @@ func TestFloorServerDoesTheWholeJob(t *testing.T) {
 	}
 }
 
+// TestFloorServerThatHoldsNeverSends: the ingest floor accepts and stores
+// jobs and sends nothing.
+func TestFloorServerThatHoldsNeverSends(t *testing.T) {
+	dir := t.TempDir()
+	s, err := newFloorServer(dir, "normal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.hold = true
+	srv := httptest.NewServer(s.handler())
+	defer srv.Close()
+	var hits atomic.Int64
+	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hits.Add(1) }))
+	defer dest.Close()
+	body := bodyMaker(options{}, "hold", dest.URL+"/t", dest.URL+"/hook")
+	conn := newLeanConn(srv.URL)
+	defer conn.close()
+	for i := range 20 {
+		if status, resp, err := conn.post("/jobs", body(i)); err != nil || status != http.StatusCreated {
+			t.Fatalf("job %d: %d %s %v", i, status, resp, err)
+		}
+	}
+	if err := s.close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "floor.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var queued int
+	if err := db.QueryRow(`SELECT count(*) FROM jobs WHERE status = 'queued'`).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 20 || hits.Load() != 0 {
+		t.Errorf("%d jobs queued, %d requests sent; want 20 and none", queued, hits.Load())
+	}
+}
+
 func errString(err error) string {
 	if err == nil {
 		return "no error"
@@ -134,15 +173,21 @@ func errString(err error) string {
 func TestCompareFloor(t *testing.T) {
 	rows := []result{
 		{scenario: "ceiling", kind: "ceiling", accepted: 1000, ingest: 40000, cost: cost{cpu: 25 * time.Microsecond}},
+		{scenario: "ingest", kind: "ingest", accepted: 1000, ingest: 10000, cost: cost{cpu: 100 * time.Microsecond}},
 		{scenario: "e2e", kind: "e2e", accepted: 1000, e2e: 5000, cost: cost{cpu: 300 * time.Microsecond}},
 		{scenario: "floor", kind: "floor", accepted: 1000, e2e: 7000, cost: cost{cpu: 175 * time.Microsecond}},
+		{scenario: "floor ingest", kind: "floor-ingest", accepted: 1000, ingest: 16000, cost: cost{cpu: 80 * time.Microsecond}},
 	}
 	fr := compareFloor(rows)
 	want := map[string]float64{
-		"floor|CPU per e2e job ÷ ceiling CPU per request": 7,
-		"floor|e2e jobs/s ÷ ceiling requests/s":           0.175,
-		"e2e|CPU per e2e job ÷ the floor's":               300.0 / 175,
-		"e2e|e2e jobs/s ÷ the floor's":                    5000.0 / 7000,
+		"floor|CPU per e2e job ÷ ceiling CPU per request":             7,
+		"floor|e2e jobs/s ÷ ceiling requests/s":                       0.175,
+		"e2e|CPU per e2e job ÷ the floor's":                           300.0 / 175,
+		"e2e|e2e jobs/s ÷ the floor's":                                5000.0 / 7000,
+		"floor ingest|CPU per ingested job ÷ ceiling CPU per request": 3.2,
+		"floor ingest|ingest jobs/s ÷ ceiling requests/s":             0.4,
+		"ingest|CPU per ingested job ÷ the floor's":                   1.25,
+		"ingest|ingest jobs/s ÷ the floor's":                          0.625,
 	}
 	if len(fr.lines) != len(want) {
 		t.Fatalf("%d lines: %+v; want %d", len(fr.lines), fr.lines, len(want))
@@ -153,20 +198,31 @@ func TestCompareFloor(t *testing.T) {
 			t.Errorf("%s %q = %v; want %v (known: %v)", l.row, l.what, l.value, w, ok)
 		}
 	}
-	if len(fr.verdicts) != 2 || !strings.Contains(fr.verdicts[0], "7.00×") || !strings.Contains(fr.verdicts[1], "0.17×") {
-		t.Errorf("verdicts %q; want the CPU and the rate target named", fr.verdicts)
+	wantVerdicts := []string{"CPU per e2e job is 7.00×", "e2e rate is 0.17×", "ingest rate is 0.40×"}
+	if len(fr.verdicts) != len(wantVerdicts) {
+		t.Fatalf("verdicts %q; want %d", fr.verdicts, len(wantVerdicts))
+	}
+	for i, v := range wantVerdicts {
+		if !strings.Contains(fr.verdicts[i], v) {
+			t.Errorf("verdict %q; want it to say %q", fr.verdicts[i], v)
+		}
 	}
 
-	rows[2].cost.cpu, rows[2].e2e = 140*time.Microsecond, 9000 // a floor within both targets
+	rows[3].cost.cpu, rows[3].e2e = 140*time.Microsecond, 9000 // floors within the targets
+	rows[4].ingest = 20000
 	if fr := compareFloor(rows); len(fr.verdicts) != 0 {
-		t.Errorf("verdicts %q for a floor within the targets", fr.verdicts)
+		t.Errorf("verdicts %q for floors within the targets", fr.verdicts)
 	}
-	if fr := compareFloor(rows[:2]); len(fr.lines) != 0 {
+	if fr := compareFloor(rows[:3]); len(fr.lines) != 0 {
 		t.Errorf("lines %+v without a floor row", fr.lines)
 	}
 	var out strings.Builder
-	printFloor(&out, compareFloor(rows[:2]))
+	printFloor(&out, compareFloor(rows[:3]))
 	if out.Len() != 0 {
 		t.Errorf("printed %q without a floor row", out.String())
+	}
+	printFloor(&out, compareFloor(rows))
+	if !strings.Contains(out.String(), "ingest jobs/s ÷ the floor's") {
+		t.Errorf("printed floor lacks the ingest comparison:\n%s", out.String())
 	}
 }

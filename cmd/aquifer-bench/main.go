@@ -96,7 +96,7 @@ func main() {
 	}
 	if addr := os.Getenv(envFloorAddr); addr != "" {
 		// Re-executed by the floor scenario (floor.go).
-		if err := serveFloor(addr, os.Getenv(envFloorDir), os.Getenv(envFloorSync)); err != nil {
+		if err := serveFloor(addr, os.Getenv(envFloorDir), os.Getenv(envFloorSync), os.Getenv(envFloorDispatch) != "false"); err != nil {
 			fmt.Fprintln(os.Stderr, "floor server:", err)
 			os.Exit(1)
 		}

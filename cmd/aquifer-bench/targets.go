@@ -126,44 +126,71 @@ type floorReport struct {
 }
 
 // compareFloor builds the report; it is empty without a floor row with its
-// costs measured.
+// costs measured. The floor e2e row is compared with the ceiling and each
+// e2e row, the floor ingest row with the ceiling and each ingest row.
 func compareFloor(rs []result) floorReport {
-	var floor, ceiling *result
+	var floorE2E, floorIngest, ceiling *result
 	for i := range rs {
+		r := &rs[i]
 		switch {
-		case rs[i].kind == "floor" && rs[i].accepted > 0 && rs[i].cost.cpu > 0:
-			floor = &rs[i]
-		case rs[i].kind == "ceiling" && rs[i].accepted > 0:
-			ceiling = &rs[i]
+		case r.accepted == 0:
+		case r.kind == "floor" && r.cost.cpu > 0:
+			floorE2E = r
+		case r.kind == "floor-ingest" && r.cost.cpu > 0:
+			floorIngest = r
+		case r.kind == "ceiling":
+			ceiling = r
 		}
 	}
 	var fr floorReport
-	if floor == nil {
-		return fr
-	}
-	if ceiling != nil && ceiling.cost.cpu > 0 {
-		v := float64(floor.cost.cpu) / float64(ceiling.cost.cpu)
-		fr.lines = append(fr.lines, floorLine{floor.scenario, "CPU per e2e job ÷ ceiling CPU per request", v})
-		if v > targetCPURatio {
-			fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's CPU per job is %.2f× the ceiling's, above the %g× target", v, targetCPURatio))
+	add := func(row, what string, v float64) { fr.lines = append(fr.lines, floorLine{row, what, v}) }
+	cpuOf := func(a, b *result) float64 { return float64(a.cost.cpu) / float64(b.cost.cpu) }
+	if f := floorE2E; f != nil {
+		if ceiling != nil && ceiling.cost.cpu > 0 {
+			v := cpuOf(f, ceiling)
+			add(f.scenario, "CPU per e2e job ÷ ceiling CPU per request", v)
+			if v > targetCPURatio {
+				fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's CPU per e2e job is %.2f× the ceiling's, above the %g× target", v, targetCPURatio))
+			}
+		}
+		if ceiling != nil && ceiling.ingest > 0 && f.e2e > 0 {
+			v := f.e2e / ceiling.ingest
+			add(f.scenario, "e2e jobs/s ÷ ceiling requests/s", v)
+			if v < targetE2ERatio {
+				fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's e2e rate is %.2f× the ceiling's, below the %g× target", v, targetE2ERatio))
+			}
+		}
+		for i := range rs {
+			if r := &rs[i]; r.kind == "e2e" {
+				if r.cost.cpu > 0 {
+					add(r.scenario, "CPU per e2e job ÷ the floor's", cpuOf(r, f))
+				}
+				if r.e2e > 0 && f.e2e > 0 {
+					add(r.scenario, "e2e jobs/s ÷ the floor's", r.e2e/f.e2e)
+				}
+			}
 		}
 	}
-	if ceiling != nil && ceiling.ingest > 0 && floor.e2e > 0 {
-		v := floor.e2e / ceiling.ingest
-		fr.lines = append(fr.lines, floorLine{floor.scenario, "e2e jobs/s ÷ ceiling requests/s", v})
-		if v < targetE2ERatio {
-			fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's e2e rate is %.2f× the ceiling's, below the %g× target", v, targetE2ERatio))
+	if f := floorIngest; f != nil {
+		if ceiling != nil && ceiling.cost.cpu > 0 {
+			add(f.scenario, "CPU per ingested job ÷ ceiling CPU per request", cpuOf(f, ceiling))
 		}
-	}
-	for _, r := range rs {
-		if r.kind != "e2e" {
-			continue
+		if ceiling != nil && ceiling.ingest > 0 && f.ingest > 0 {
+			v := f.ingest / ceiling.ingest
+			add(f.scenario, "ingest jobs/s ÷ ceiling requests/s", v)
+			if v < targetIngestRatio {
+				fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's ingest rate is %.2f× the ceiling's, below the %g× target", v, targetIngestRatio))
+			}
 		}
-		if r.cost.cpu > 0 {
-			fr.lines = append(fr.lines, floorLine{r.scenario, "CPU per e2e job ÷ the floor's", float64(r.cost.cpu) / float64(floor.cost.cpu)})
-		}
-		if r.e2e > 0 && floor.e2e > 0 {
-			fr.lines = append(fr.lines, floorLine{r.scenario, "e2e jobs/s ÷ the floor's", r.e2e / floor.e2e})
+		for i := range rs {
+			if r := &rs[i]; r.kind == "ingest" {
+				if r.cost.cpu > 0 {
+					add(r.scenario, "CPU per ingested job ÷ the floor's", cpuOf(r, f))
+				}
+				if r.ingest > 0 && f.ingest > 0 {
+					add(r.scenario, "ingest jobs/s ÷ the floor's", r.ingest/f.ingest)
+				}
+			}
 		}
 	}
 	return fr
@@ -173,7 +200,7 @@ func printFloor(w io.Writer, fr floorReport) {
 	if len(fr.lines) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nthe floor (the least work an e2e job needs, same parts, same run):")
+	fmt.Fprintln(w, "\nthe floor (the least work a job needs, same parts, same run):")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, l := range fr.lines {
 		fmt.Fprintf(tw, "  %s\t%s\t%.2f×\t\n", l.row, l.what, l.value)
