@@ -54,7 +54,7 @@ func storeStats(s aquifer.Store) []zap.Field {
 	switch s := s.(type) {
 	case *sqlite.Store:
 		st := s.Stats()
-		return []zap.Field{zap.Int64("commits", st.Commits), zap.Int64("ops", st.Ops)}
+		return []zap.Field{zap.Int64("commits", st.Commits), zap.Int64("ops", st.Ops), zap.Int64("wal_pages", st.Pages)}
 	case *pebble.Store:
 		return []zap.Field{zap.Any("stats", s.Stats())}
 	case *postgres.Store:
