@@ -74,16 +74,11 @@ const (
 // ingest row's clients, and one that does the whole job, with the e2e row's
 // clients, target and receiver (e2eOn).
 func runFloor(ctx context.Context, o options) ([]result, error) {
-	target, err := newTarget()
+	target, hooks, closeBoth, err := newTargetAndReceiver()
 	if err != nil {
 		return nil, err
 	}
-	defer target.close()
-	hooks, err := newReceiver()
-	if err != nil {
-		return nil, err
-	}
-	defer hooks.close()
+	defer closeBoth()
 
 	var out []result
 	for _, dispatch := range []bool{false, true} {

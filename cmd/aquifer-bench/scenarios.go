@@ -75,6 +75,19 @@ func newReceiver() (*sink, error) {
 	return s, nil
 }
 
+// newTargetAndReceiver starts a target (newTarget) and a webhook receiver
+// (newReceiver); closeBoth stops them.
+func newTargetAndReceiver() (target, hooks *sink, closeBoth func(), err error) {
+	if target, err = newTarget(); err != nil {
+		return nil, nil, nil, err
+	}
+	if hooks, err = newReceiver(); err != nil {
+		target.close()
+		return nil, nil, nil, err
+	}
+	return target, hooks, func() { target.close(); hooks.close() }, nil
+}
+
 // reset forgets the webhooks seen so far.
 func (s *sink) reset() {
 	s.mu.Lock()
@@ -221,16 +234,11 @@ func ingestWith(ctx context.Context, o options, name, prefix string,
 
 // runE2E measures accepted → target → webhook with a fast loopback target.
 func runE2E(ctx context.Context, o options) ([]result, error) {
-	target, err := newTarget()
+	target, hooks, closeBoth, err := newTargetAndReceiver()
 	if err != nil {
 		return nil, err
 	}
-	defer target.close()
-	hooks, err := newReceiver()
-	if err != nil {
-		return nil, err
-	}
-	defer hooks.close()
+	defer closeBoth()
 	d, err := startDaemon(ctx, o, []upstreamRate{{target.host(), 100000, 256}, {hooks.host(), 100000, 256}})
 	if err != nil {
 		return nil, err

@@ -125,71 +125,70 @@ type floorReport struct {
 	verdicts []string
 }
 
+// floorPair is a floor row's kind and the kind of aquiferd's rows compared
+// with it: what a job is called, the rate compared, and the targets a floor
+// of that kind is checked against (0: none).
+type floorPair struct {
+	floor, rows string
+	job, rate   string
+	rateOf      func(*result) float64
+	rateTarget  float64
+	cpuTarget   float64
+}
+
+var floorPairs = []floorPair{
+	{floor: "floor", rows: "e2e", job: "e2e job", rate: "e2e", rateOf: func(r *result) float64 { return r.e2e },
+		rateTarget: targetE2ERatio, cpuTarget: targetCPURatio},
+	{floor: "floor-ingest", rows: "ingest", job: "ingested job", rate: "ingest", rateOf: func(r *result) float64 { return r.ingest },
+		rateTarget: targetIngestRatio},
+}
+
 // compareFloor builds the report; it is empty without a floor row with its
-// costs measured. The floor e2e row is compared with the ceiling and each
-// e2e row, the floor ingest row with the ceiling and each ingest row.
+// costs measured. The e2e floor is compared with the ceiling and each e2e
+// row, the ingest floor with the ceiling and each ingest row.
 func compareFloor(rs []result) floorReport {
-	var floorE2E, floorIngest, ceiling *result
+	var ceiling *result
 	for i := range rs {
-		r := &rs[i]
-		switch {
-		case r.accepted == 0:
-		case r.kind == "floor" && r.cost.cpu > 0:
-			floorE2E = r
-		case r.kind == "floor-ingest" && r.cost.cpu > 0:
-			floorIngest = r
-		case r.kind == "ceiling":
-			ceiling = r
+		if rs[i].kind == "ceiling" && rs[i].accepted > 0 {
+			ceiling = &rs[i]
 		}
 	}
 	var fr floorReport
 	add := func(row, what string, v float64) { fr.lines = append(fr.lines, floorLine{row, what, v}) }
-	cpuOf := func(a, b *result) float64 { return float64(a.cost.cpu) / float64(b.cost.cpu) }
-	if f := floorE2E; f != nil {
-		if ceiling != nil && ceiling.cost.cpu > 0 {
-			v := cpuOf(f, ceiling)
-			add(f.scenario, "CPU per e2e job ÷ ceiling CPU per request", v)
-			if v > targetCPURatio {
-				fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's CPU per e2e job is %.2f× the ceiling's, above the %g× target", v, targetCPURatio))
+	for _, p := range floorPairs {
+		var f *result
+		for i := range rs {
+			if rs[i].kind == p.floor && rs[i].accepted > 0 && rs[i].cost.cpu > 0 {
+				f = &rs[i]
 			}
 		}
-		if ceiling != nil && ceiling.ingest > 0 && f.e2e > 0 {
-			v := f.e2e / ceiling.ingest
-			add(f.scenario, "e2e jobs/s ÷ ceiling requests/s", v)
-			if v < targetE2ERatio {
-				fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's e2e rate is %.2f× the ceiling's, below the %g× target", v, targetE2ERatio))
+		if f == nil {
+			continue
+		}
+		if ceiling != nil && ceiling.cost.cpu > 0 {
+			v := float64(f.cost.cpu) / float64(ceiling.cost.cpu)
+			add(f.scenario, "CPU per "+p.job+" ÷ ceiling CPU per request", v)
+			if p.cpuTarget > 0 && v > p.cpuTarget {
+				fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's CPU per %s is %.2f× the ceiling's, above the %g× target", p.job, v, p.cpuTarget))
+			}
+		}
+		if ceiling != nil && ceiling.ingest > 0 && p.rateOf(f) > 0 {
+			v := p.rateOf(f) / ceiling.ingest
+			add(f.scenario, p.rate+" jobs/s ÷ ceiling requests/s", v)
+			if v < p.rateTarget {
+				fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's %s rate is %.2f× the ceiling's, below the %g× target", p.rate, v, p.rateTarget))
 			}
 		}
 		for i := range rs {
-			if r := &rs[i]; r.kind == "e2e" {
-				if r.cost.cpu > 0 {
-					add(r.scenario, "CPU per e2e job ÷ the floor's", cpuOf(r, f))
-				}
-				if r.e2e > 0 && f.e2e > 0 {
-					add(r.scenario, "e2e jobs/s ÷ the floor's", r.e2e/f.e2e)
-				}
+			r := &rs[i]
+			if r.kind != p.rows {
+				continue
 			}
-		}
-	}
-	if f := floorIngest; f != nil {
-		if ceiling != nil && ceiling.cost.cpu > 0 {
-			add(f.scenario, "CPU per ingested job ÷ ceiling CPU per request", cpuOf(f, ceiling))
-		}
-		if ceiling != nil && ceiling.ingest > 0 && f.ingest > 0 {
-			v := f.ingest / ceiling.ingest
-			add(f.scenario, "ingest jobs/s ÷ ceiling requests/s", v)
-			if v < targetIngestRatio {
-				fr.verdicts = append(fr.verdicts, fmt.Sprintf("the floor's ingest rate is %.2f× the ceiling's, below the %g× target", v, targetIngestRatio))
+			if r.cost.cpu > 0 {
+				add(r.scenario, "CPU per "+p.job+" ÷ the floor's", float64(r.cost.cpu)/float64(f.cost.cpu))
 			}
-		}
-		for i := range rs {
-			if r := &rs[i]; r.kind == "ingest" {
-				if r.cost.cpu > 0 {
-					add(r.scenario, "CPU per ingested job ÷ the floor's", cpuOf(r, f))
-				}
-				if r.ingest > 0 && f.ingest > 0 {
-					add(r.scenario, "ingest jobs/s ÷ the floor's", r.ingest/f.ingest)
-				}
+			if p.rateOf(r) > 0 && p.rateOf(f) > 0 {
+				add(r.scenario, p.rate+" jobs/s ÷ the floor's", p.rateOf(r)/p.rateOf(f))
 			}
 		}
 	}
