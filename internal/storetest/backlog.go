@@ -109,19 +109,25 @@ func FillBacklog(tb testing.TB, s ports.JobStore, n int) {
 // what the daemon's hot path does for another destination: durable
 // inserts from 64 goroutines ("insert"), the store side of one job with a
 // webhook ("lifecycle": insert, mark in flight, finish with a delivery due,
-// finish the delivery), and ("reads") the load gauge's Counts, the
+// finish the delivery), the same while the backlog drains slowly
+// ("lifecycle-draining"), and ("reads") the load gauge's Counts, the
 // dispatcher's first ListReady page of the backlogged lane and the
 // sweep's Purge when nothing has expired, timed over a fixed sample
 // whatever -benchtime says. While insert and lifecycle run, Counts is called
 // every second, as the daemon's load gauge does. Each reports jobs/s and
 // the CPU time per job of the whole process (the store's background work
-// included); the caller adds memory figures (ReportMemory).
-func BenchBacklog(b *testing.B, s ports.JobStore) {
+// included); the caller adds memory figures (ReportMemory). written, when
+// not nil, returns how many bytes the store has written in the background
+// so far, once that work is done (an LSM's flushes and compactions): the
+// timed runs then report it per job (bg-B/job), a measure of write
+// amplification that does not move with the machine's speed.
+func BenchBacklog(b *testing.B, s ports.JobStore, written func() uint64) {
 	var n atomic.Int64
 	key := func() string { return fmt.Sprint("m", n.Add(1)) }
 	b.Run("insert", func(b *testing.B) {
 		stop := gauge(b, s)
 		b.SetParallelism(32) // x GOMAXPROCS goroutines
+		bg := background(b, written)
 		cpu := CPUTime()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -131,11 +137,13 @@ func BenchBacklog(b *testing.B, s ports.JobStore) {
 			}
 		})
 		reportRate(b, cpu)
+		bg()
 		stop()
 	})
 	b.Run("lifecycle", func(b *testing.B) {
 		stop := gauge(b, s)
 		b.SetParallelism(32)
+		bg := background(b, written)
 		cpu := CPUTime()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -143,6 +151,36 @@ func BenchBacklog(b *testing.B, s ports.JobStore) {
 			}
 		})
 		reportRate(b, cpu)
+		bg()
+		stop()
+	})
+	// The same with the backlog moving: every drainEvery-th job also
+	// dispatches the backlog's oldest job, as a slow destination draining
+	// its queue does beside the busy one. Its index entries are at the far
+	// end of each index from the new jobs'.
+	b.Run("lifecycle-draining", func(b *testing.B) {
+		stop := gauge(b, s)
+		b.SetParallelism(32)
+		var done atomic.Int64
+		var drained atomic.Int64
+		var drain sync.Mutex // one drain at a time: each takes the head
+		bg := background(b, written)
+		cpu := CPUTime()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				lifecycle(b, s, key())
+				if done.Add(1)%drainEvery == 0 {
+					drain.Lock()
+					if drainOne(b, s) {
+						drained.Add(1)
+					}
+					drain.Unlock()
+				}
+			}
+		})
+		reportRate(b, cpu)
+		bg()
+		b.ReportMetric(float64(drained.Load()), "drained")
 		stop()
 	})
 	b.Run("reads", func(b *testing.B) {
@@ -178,6 +216,46 @@ func sample(b *testing.B, metric string, fn func() error) {
 		n++
 	}
 	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(n), metric)
+}
+
+// drainEvery is how many measured jobs lifecycle-draining runs per backlog
+// job it dispatches: at the daemon's few thousand jobs a second, a slow
+// destination's one or two a second.
+const drainEvery = 2000
+
+// drainOne dispatches and completes the backlog lane's first job, if it
+// has one, and reports whether it had.
+func drainOne(b *testing.B, s ports.JobStore) bool {
+	now := time.Now()
+	jobs, err := s.ListReady(b.Context(), &ports.ListReadyParams{Queue: BacklogLane, Limit: 1, Now: now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(jobs) == 0 {
+		return false
+	}
+	j := jobs[0]
+	if err := s.MarkInFlight(b.Context(), &ports.MarkInFlightParams{ID: j.ID, Seq: j.Seq, At: now}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.Finish(b.Context(), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusCompleted,
+		Attempts: 1, Result: &domain.Result{ResponseStatus: 200}, Now: now}); err != nil {
+		b.Fatal(err)
+	}
+	return true
+}
+
+// background starts counting what written (nil: nothing to count) says
+// the store wrote in the background — an LSM's flushes and compactions —
+// and returns the func that reports it per job as bg-B/job.
+func background(b *testing.B, written func() uint64) (report func()) {
+	if written == nil {
+		return func() {}
+	}
+	start := written()
+	return func() {
+		b.ReportMetric(float64(written()-start)/float64(b.N), "bg-B/job")
+	}
 }
 
 // lifecycle is one job with a webhook through the store.

@@ -31,7 +31,14 @@ func BenchmarkBacklog(b *testing.B) {
 			defer s.Close()
 			storetest.FillBacklog(b, s, n)
 			settle(b, s)
-			storetest.BenchBacklog(b, s)
+			storetest.BenchBacklog(b, s, func() uint64 {
+				if err := s.db.Flush(); err != nil {
+					b.Fatal(err)
+				}
+				settle(b, s)
+				t := s.db.Metrics().Total()
+				return t.TableBytesFlushed + t.TableBytesCompacted + t.BlobBytesFlushed + t.BlobBytesCompacted
+			})
 			b.Run("memory", func(b *testing.B) {
 				for b.Loop() {
 				}

@@ -27,7 +27,7 @@ func BenchmarkBacklog(b *testing.B) {
 			// What a freshly loaded table would get from autovacuum soon
 			// enough: statistics for the planner.
 			exec(b, s.opts.Schema, "ANALYZE jobs")
-			storetest.BenchBacklog(b, s)
+			storetest.BenchBacklog(b, s, nil)
 			b.Run("memory", func(b *testing.B) {
 				for b.Loop() {
 				}
