@@ -181,6 +181,19 @@ func (s *Store) openDB(readOnly bool) (*pebble.DB, error) {
 			o.Logger.Error("pebble reports a possible misuse of single deletes", zap.Stringer("info", info))
 		}},
 	}
+	// Tables that span little: each holds one key prefix (prefixSpans), and
+	// a flush ends a table where it would overlap more than ten L0 targets
+	// (2.5 MiB) of the base level. Without both, one flushed table covers
+	// every index's new entries and, with a backlog draining beside new
+	// work, each index's oldest ones too: every compaction of it rewrote
+	// the backlog's entries between them (see "Flushes and compactions" in
+	// the package documentation). The deeper levels keep Pebble's default
+	// sizes, which TargetFileSizes would otherwise derive from L0's.
+	popts.Experimental.SpanPolicyFunc = prefixSpans
+	popts.TargetFileSizes[0] = l0TargetFileSize
+	for i := 1; i < len(popts.TargetFileSizes); i++ {
+		popts.TargetFileSizes[i] = 2 << 20 << i
+	}
 	if d := o.WALMinSyncInterval; d > 0 {
 		popts.WALMinSyncInterval = func() time.Duration { return d }
 	}
@@ -901,3 +914,18 @@ func (z zapLogger) Fatalf(format string, args ...any) {
 type fatalError string
 
 func (e fatalError) Error() string { return string(e) }
+
+// l0TargetFileSize is the target size of the tables flushes write. Pebble's
+// default is 2 MiB; the smaller target is what makes a flush split its
+// output at a quarter of the base-level overlap (10× the target).
+const l0TargetFileSize = 256 << 10
+
+// prefixSpans ends every table a flush or compaction writes at the end of a
+// key prefix ("j/", "x/", ...), so that no table holds keys of two
+// prefixes.
+func prefixSpans(start []byte) (pebble.SpanPolicy, []byte, error) {
+	if len(start) < 2 || start[1] != '/' {
+		return pebble.SpanPolicy{}, nil, nil
+	}
+	return pebble.SpanPolicy{}, []byte{start[0], '/' + 1}, nil
+}

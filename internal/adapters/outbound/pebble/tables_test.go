@@ -1,0 +1,152 @@
+package pebble
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aquiferhq/aquifer/internal/domain"
+	"github.com/aquiferhq/aquifer/internal/ports"
+)
+
+func TestPrefixSpans(t *testing.T) {
+	for _, c := range []struct {
+		start, end string
+	}{
+		{"j/01abc", "j0"},
+		{"x/q\xff\xff", "x0"},
+		{"k/", "k0"},
+		{"m/seq", "m0"},
+		{"j", ""},  // no prefix: the span runs to the end
+		{"zz", ""}, // not one of ours
+		{"", ""},
+	} {
+		_, end, err := prefixSpans([]byte(c.start))
+		if err != nil || string(end) != c.end {
+			t.Errorf("prefixSpans(%q) = %q, %v; want %q", c.start, end, err, c.end)
+		}
+	}
+}
+
+// TestTablesHoldOnePrefixEach checks that flushes and compactions end their
+// tables at key prefixes. A table spanning two prefixes covers every key
+// between its ends: a queue's new entries and its oldest ones (the head a
+// slow destination drains) would put the whole backlog under one table,
+// and every compaction of it would rewrite the backlog.
+func TestTablesHoldOnePrefixEach(t *testing.T) {
+	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now()
+	ids := domain.NewIDGenerator(nil)
+	body := strings.Repeat("b", 200) // long enough for b/
+	for i := range 300 {
+		j := domain.NewJob(ids.New(), &domain.JobRequest{UserID: "u", IdempotentKey: fmt.Sprint("k", i),
+			URL: "http://a.test/x", Method: "POST", Body: body, WebhookURL: "http://h.test/"}, "a.test:80", now)
+		if _, _, err := s.Insert(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if _, err := s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Attempts: 1,
+				Now: now, DeliverIn: "h.test:80"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		levels, err := s.db.SSTables()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		prefixes := map[string]bool{}
+		for l, tables := range levels {
+			for _, tb := range tables {
+				n++
+				lo, hi := tb.Smallest.UserKey, tb.Largest.UserKey
+				if len(lo) < 2 || len(hi) < 2 || !bytes.Equal(lo[:2], hi[:2]) {
+					t.Errorf("%s: L%d table %s holds %q to %q", when, l, tb.FileNum, lo, hi)
+					continue
+				}
+				prefixes[string(lo[:2])] = true
+			}
+		}
+		// b/, c/, e/ or w/, i/, j/, k/, m/, r/, x/ at least.
+		if len(prefixes) < 8 {
+			t.Fatalf("%s: %d tables with prefixes %v; the test wrote too little to check", when, n, prefixes)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a flush")
+	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, false); err != nil {
+		t.Fatal(err)
+	}
+	check("after a compaction")
+}
+
+// TestFlushesSplitAroundWhatTheyWouldRewrite checks the other half: a
+// flush holding keys at both ends of a prefix whose middle is in the base
+// level — a queue's newest entries and the head a slow destination drains
+// — writes them to separate tables, so that neither compaction rewrites
+// the middle.
+func TestFlushesSplitAroundWhatTheyWouldRewrite(t *testing.T) {
+	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db := s.db
+	rng := rand.New(rand.NewPCG(1, 2))
+	value := func() []byte { // incompressible, so the middle is as large on disk
+		v := make([]byte, 1024)
+		for i := 0; i < len(v); i += 8 {
+			binary.LittleEndian.PutUint64(v[i:], rng.Uint64())
+		}
+		return v
+	}
+	key := func(i int) []byte { return fmt.Appendf(nil, "r/%08d", i) }
+	const middle = 5000 // 5 MiB, twice what a flushed table may overlap
+	for i := 1; i <= middle; i++ {
+		if err := db.Set(key(i), value(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Compact(t.Context(), []byte("r/"), []byte("r0"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set(key(0), []byte("head"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set(key(middle+1), []byte("tail"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	levels, err := db.SSTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(levels[0]) < 2 {
+		t.Fatalf("the flush wrote %d tables to L0; want the two ends apart", len(levels[0]))
+	}
+	for _, tb := range levels[0] {
+		lo, hi := string(tb.Smallest.UserKey), string(tb.Largest.UserKey)
+		if lo <= string(key(0)) && hi >= string(key(middle+1)) {
+			t.Fatalf("L0 table %s spans %q to %q, over the whole middle", tb.FileNum, lo, hi)
+		}
+	}
+}
