@@ -17,11 +17,7 @@ import (
 // Scheduled jobs count as queued. It never reads the record of a finished
 // job.
 func TestCountsLeaveOutExpired(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	ctx := t.Context()
 	ids := domain.NewIDGenerator(nil)
 	now := time.Now()

@@ -395,11 +395,7 @@ func (w *workload) checkQueries(filters []domain.JobFilter) {
 // what the records call for, and listings and counts
 // agree with reading every job.
 func TestIndexesFollowEveryWrite(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	w := &workload{t: t, s: s, rng: rand.New(rand.NewPCG(17, 1)), ids: domain.NewIDGenerator(nil), opts: true}
 	for range 20 {
 		w.insert()
@@ -450,11 +446,7 @@ func TestSingleDeletesMeetOneWrite(t *testing.T) {
 // TestPlanPicksTheDenseRange: a filter on a small user is served by the
 // user's range, a status that few jobs have by its x/ range.
 func TestPlanPicksTheDenseRange(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	ctx := t.Context()
 	ids := domain.NewIDGenerator(nil)
 	for i := range 300 {

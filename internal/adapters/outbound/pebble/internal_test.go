@@ -425,11 +425,7 @@ func TestKeys(t *testing.T) {
 // a key finds the first, and a MarkInFlight followed by a Finish of the same
 // job is skipped.
 func TestOneGroupSeesItsOwnWrites(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	now := time.Now()
 	mk := func() *domain.Job {
 		return domain.NewJob(domain.NewIDGenerator(nil).New(), &domain.JobRequest{UserID: "u", IdempotentKey: "k",
@@ -494,11 +490,7 @@ func FuzzDecodeJob(f *testing.F) {
 // TestCorruptRecordFailsItsOpsOnly: a record that cannot be read makes the
 // ops on that job fail as unavailable (not "not found"), and nothing else.
 func TestCorruptRecordFailsItsOpsOnly(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	ctx := t.Context()
 	ids := domain.NewIDGenerator(nil)
 	mk := func(key string) *domain.Job {
@@ -535,11 +527,7 @@ func TestCorruptRecordFailsItsOpsOnly(t *testing.T) {
 // writes fail as unavailable (Pebble cannot take more) while reads go on,
 // until the writer has reopened the database, at most every reopenEvery.
 func TestFailedCommitStopsWritesUntilReopened(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	ctx := t.Context()
 	j := domain.NewJob(domain.NewIDGenerator(nil).New(), &domain.JobRequest{UserID: "u", IdempotentKey: "k",
 		URL: "http://a.test/x", Method: "GET"}, "a.test:80", time.Now())
@@ -548,7 +536,7 @@ func TestFailedCommitStopsWritesUntilReopened(t *testing.T) {
 	}
 	s.fail(errors.New("injected WAL failure"))
 	s.lastReopen = time.Now() // the writer is idle; the submit below orders this before its read
-	_, err = s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Now: time.Now()})
+	_, err := s.Finish(ctx, &ports.FinishParams{ID: j.ID, Status: domain.StatusCompleted, Now: time.Now()})
 	if domain.CodeOf(err) != domain.CodeUnavailable || !strings.Contains(err.Error(), "injected WAL failure") {
 		t.Fatalf("Finish after a failed commit = %v, want unavailable", err)
 	}

@@ -19,11 +19,7 @@ import (
 // a plain job costs them nothing; and a plain job has no s/ or d/ entry at
 // all.
 func TestScheduleReadsDoNotScan(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	ctx, now := t.Context(), time.Now()
 	ids := domain.NewIDGenerator(nil)
 	mk := func(key string) *domain.Job {
@@ -107,11 +103,7 @@ func TestScheduleReadsDoNotScan(t *testing.T) {
 // the three that ListReady lists and Position counts, so that no job waits
 // where nothing reads (as in the other stores).
 func TestPriorityOutsideTheThree(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	ctx := t.Context()
 	for _, tc := range []struct {
 		p, want domain.Priority

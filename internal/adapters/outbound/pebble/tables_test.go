@@ -38,11 +38,7 @@ func TestPrefixSpans(t *testing.T) {
 // slow destination drains) would put the whole backlog under one table,
 // and every compaction of it would rewrite the backlog.
 func TestTablesHoldOnePrefixEach(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	ctx := t.Context()
 	now := time.Now()
 	ids := domain.NewIDGenerator(nil)
@@ -100,11 +96,7 @@ func TestTablesHoldOnePrefixEach(t *testing.T) {
 // — writes them to separate tables, so that neither compaction rewrites
 // the middle.
 func TestFlushesSplitAroundWhatTheyWouldRewrite(t *testing.T) {
-	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	db := s.db
 	rng := rand.New(rand.NewPCG(1, 2))
 	value := func() []byte { // incompressible, so the middle is as large on disk
@@ -149,4 +141,15 @@ func TestFlushesSplitAroundWhatTheyWouldRewrite(t *testing.T) {
 			t.Fatalf("L0 table %s spans %q to %q, over the whole middle", tb.FileNum, lo, hi)
 		}
 	}
+}
+
+// openTemp opens a store in a new temporary directory, closed when t ends.
+func openTemp(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
