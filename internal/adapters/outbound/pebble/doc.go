@@ -375,7 +375,9 @@
 // compaction writes ends at a prefix boundary (prefixSpans, Pebble's span
 // policy), and flushes target 256 KiB tables instead of 2 MiB, which makes
 // Pebble end a flushed table where it would overlap more than ten times
-// that (2.5 MiB) of the base level: the two ends of a backlog go to
+// that (2.5 MiB) of the base level, or somewhat more when the base level
+// is large enough that this would make too many tables: the two ends of a
+// backlog go to
 // different tables, and each compacts with only its own neighbours. The
 // deeper levels keep Pebble's default table sizes. Neither changes what is
 // stored or how it is read: a store written before is read as it is, and

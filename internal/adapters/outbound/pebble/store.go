@@ -183,12 +183,14 @@ func (s *Store) openDB(readOnly bool) (*pebble.DB, error) {
 	}
 	// Tables that span little: each holds one key prefix (prefixSpans), and
 	// a flush ends a table where it would overlap more than ten L0 targets
-	// (2.5 MiB) of the base level. Without both, one flushed table covers
-	// every index's new entries and, with a backlog draining beside new
-	// work, each index's oldest ones too: every compaction of it rewrote
-	// the backlog's entries between them (see "Flushes and compactions" in
-	// the package documentation). The deeper levels keep Pebble's default
-	// sizes, which TargetFileSizes would otherwise derive from L0's.
+	// (2.5 MiB) of the base level (Pebble widens that when the base level
+	// is so large that it would make too many tables). Without both, one
+	// flushed table covers every index's new entries and, with a backlog
+	// draining beside new work, each index's oldest ones too: every
+	// compaction of it rewrote the backlog's entries between them (see
+	// "Flushes and compactions" in the package documentation). The deeper
+	// levels keep Pebble's default sizes, which TargetFileSizes would
+	// otherwise derive from L0's.
 	popts.Experimental.SpanPolicyFunc = prefixSpans
 	popts.TargetFileSizes[0] = l0TargetFileSize
 	for i := 1; i < len(popts.TargetFileSizes); i++ {
