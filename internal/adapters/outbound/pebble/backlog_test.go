@@ -36,8 +36,11 @@ func BenchmarkBacklog(b *testing.B) {
 					b.Fatal(err)
 				}
 				settle(b, s)
-				t := s.db.Metrics().Total()
-				return t.TableBytesFlushed + t.TableBytesCompacted + t.BlobBytesFlushed + t.BlobBytesCompacted
+				_, tables, err := WrittenBytes(s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return tables
 			})
 			b.Run("memory", func(b *testing.B) {
 				for b.Loop() {
