@@ -54,7 +54,12 @@ func BacklogSizes(tb testing.TB, v string) []int {
 // repeated byte would let a store that compresses blocks hold it for
 // nearly nothing.
 func BacklogJob(key string, rng *rand.Rand) *domain.Job {
-	j := NewJob("backlog", key, BacklogLane)
+	return jobWithBody("backlog", key, BacklogLane, rng)
+}
+
+// jobWithBody is NewJob with BacklogJob's 1 KiB body.
+func jobWithBody(user, key, lane string, rng *rand.Rand) *domain.Job {
+	j := NewJob(user, key, lane)
 	var raw [512]byte
 	for i := 0; i < len(raw); i += 8 {
 		binary.LittleEndian.PutUint64(raw[i:], rng.Uint64())
@@ -183,6 +188,25 @@ func BenchBacklog(b *testing.B, s ports.JobStore, written func() uint64) {
 		b.ReportMetric(float64(drained.Load()), "drained")
 		stop()
 	})
+	// The lifecycles of the daemon's scale steps, whose jobs carry 1 KiB
+	// bodies like the backlog's: what a store writes for the body itself
+	// (and rewrites as it compacts) shows here.
+	b.Run("lifecycle-1KiB", func(b *testing.B) {
+		stop := gauge(b, s)
+		b.SetParallelism(32)
+		var seed atomic.Uint64
+		bg := background(b, written)
+		cpu := CPUTime()
+		b.RunParallel(func(pb *testing.PB) {
+			rng := rand.New(rand.NewPCG(seed.Add(1), 7))
+			for pb.Next() {
+				runLifecycle(b, s, jobWithBody("bench", key(), MeasuredLane, rng))
+			}
+		})
+		reportRate(b, cpu)
+		bg()
+		stop()
+	})
 	b.Run("reads", func(b *testing.B) {
 		for b.Loop() { // the reads below are timed on their own
 		}
@@ -263,7 +287,13 @@ func background(b *testing.B, written func() uint64) (report func()) {
 
 // lifecycle is one job with a webhook through the store.
 func lifecycle(b *testing.B, s ports.JobStore, key string) {
-	j, _, err := s.Insert(b.Context(), NewJob("bench", key, MeasuredLane))
+	runLifecycle(b, s, NewJob("bench", key, MeasuredLane))
+}
+
+// runLifecycle takes j through the store: inserted, in flight, finished
+// with a webhook due, delivered.
+func runLifecycle(b *testing.B, s ports.JobStore, j *domain.Job) {
+	j, _, err := s.Insert(b.Context(), j)
 	if err != nil {
 		b.Fatal(err)
 	}
