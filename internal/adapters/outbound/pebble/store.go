@@ -192,6 +192,7 @@ func (s *Store) openDB(readOnly bool) (*pebble.DB, error) {
 	// levels keep Pebble's default sizes, which TargetFileSizes would
 	// otherwise derive from L0's.
 	popts.Experimental.SpanPolicyFunc = prefixSpans
+	popts.Experimental.ValueSeparationPolicy = bodySeparation
 	popts.TargetFileSizes[0] = l0TargetFileSize
 	for i := 1; i < len(popts.TargetFileSizes); i++ {
 		popts.TargetFileSizes[i] = 2 << 20 << i
@@ -924,10 +925,52 @@ const l0TargetFileSize = 256 << 10
 
 // prefixSpans ends every table a flush or compaction writes at the end of a
 // key prefix ("j/", "x/", ...), so that no table holds keys of two
-// prefixes.
+// prefixes. Only request bodies (b/) may have their values written to blob
+// files (bodySeparation); every other prefix keeps its values in its
+// tables.
 func prefixSpans(start []byte) (pebble.SpanPolicy, []byte, error) {
 	if len(start) < 2 || start[1] != '/' {
-		return pebble.SpanPolicy{}, nil, nil
+		return pebble.SpanPolicy{ValueStoragePolicy: pebble.ValueStorageLowReadLatency}, nil, nil
 	}
-	return pebble.SpanPolicy{}, []byte{start[0], '/' + 1}, nil
+	p := pebble.SpanPolicy{ValueStoragePolicy: pebble.ValueStorageLowReadLatency}
+	if start[0] == prefixBody[0] {
+		p.ValueStoragePolicy = pebble.ValueStorageDefault
+	}
+	return p, []byte{start[0], '/' + 1}, nil
 }
+
+// bodySeparation is the store's value separation: a flush writes each
+// request body of at least minSeparatedBody bytes once, to a blob file, and
+// the table keeps a reference to it. Compactions then move the references
+// down the levels, not the bodies: a body is written once, not once per
+// level (with a million queued jobs of 1 KiB, the bodies were most of what
+// compactions rewrote). prefixSpans keeps every other value in its table:
+// records and index entries are rewritten as a job moves and are read on
+// every lookup.
+//
+// A blob file's bodies stay on disk until the file is rewritten or every
+// body in it is deleted. Pebble rewrites a file older than
+// blobRewriteMinAge once more than blobGarbageRatio of it is deleted
+// bodies, so the space a finished backlog held comes back.
+func bodySeparation() pebble.ValueSeparationPolicy {
+	return pebble.ValueSeparationPolicy{
+		Enabled:               true,
+		MinimumSize:           minSeparatedBody,
+		MaxBlobReferenceDepth: blobReferenceDepth,
+		RewriteMinimumAge:     blobRewriteMinAge,
+		TargetGarbageRatio:    blobGarbageRatio,
+	}
+}
+
+// Value separation's settings (bodySeparation).
+const (
+	// minSeparatedBody: smaller bodies stay in their tables, where one
+	// reference would save little.
+	minSeparatedBody = 256
+	// blobReferenceDepth bounds how many blob files a table's references
+	// may reach into (beyond it a compaction rewrites the bodies, so a
+	// range of jobs' bodies is read from few files).
+	blobReferenceDepth = 10
+	blobRewriteMinAge  = 5 * time.Minute
+	blobGarbageRatio   = 0.2
+)
