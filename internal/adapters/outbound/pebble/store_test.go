@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -205,7 +207,12 @@ func TestReopenKeepsEverything(t *testing.T) {
 	}
 }
 
-const crashEnv = "AQUIFER_PEBBLE_CRASH_DIR"
+const (
+	crashEnv = "AQUIFER_PEBBLE_CRASH_DIR"
+	// crashBodyEnv set: the child's jobs carry crashBody(key) as their
+	// request body.
+	crashBodyEnv = "AQUIFER_PEBBLE_CRASH_BODIES"
+)
 
 // TestCrashKeepsAcknowledgedWrites runs a child process that writes jobs
 // from several goroutines and reports each acknowledged write on stdout, and
@@ -213,27 +220,72 @@ const crashEnv = "AQUIFER_PEBBLE_CRASH_DIR"
 // the reopened store.
 func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 	if dir := os.Getenv(crashEnv); dir != "" {
-		crashChild(dir)
+		crashChild(dir, os.Getenv(crashBodyEnv) != "")
 		return
 	}
+	dir := t.TempDir()
+	inserted, finished := crashAfter(t, "TestCrashKeepsAcknowledgedWrites", dir, nil, func(acked int) bool { return acked >= 2000 })
+	s := open(t, dir)
+	defer s.Close()
+	checkAcknowledged(t, s, inserted, finished)
+	t.Logf("%d inserts and %d finishes acknowledged before SIGKILL, all present", len(inserted), len(finished))
+}
+
+// TestCrashKeepsAcknowledgedBodies is the same with 1 KiB request bodies,
+// killed once a flush has written bodies to a blob file (value
+// separation): every acknowledged job's body must read back whole, from
+// the blob files and from the WAL.
+func TestCrashKeepsAcknowledgedBodies(t *testing.T) {
+	if dir := os.Getenv(crashEnv); dir != "" {
+		crashChild(dir, os.Getenv(crashBodyEnv) != "")
+		return
+	}
+	dir := t.TempDir()
+	blobs := func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "*.blob"))
+		return len(m) > 0
+	}
+	inserted, finished := crashAfter(t, "TestCrashKeepsAcknowledgedBodies", dir, []string{crashBodyEnv + "=1"},
+		func(acked int) bool { return acked >= 2000 && blobs() })
+	if !blobs() {
+		t.Fatal("no blob file was written before the kill; the test checks nothing")
+	}
+	s := open(t, dir)
+	defer s.Close()
+	checkAcknowledged(t, s, inserted, finished)
+	for key, a := range inserted {
+		if j := mustGet(t, s, a.id); string(j.Body) != string(crashBody(key)) {
+			t.Fatalf("job %s (%s) after the crash: body of %d bytes differs from the %d acknowledged", a.id, key, len(j.Body), len(crashBody(key)))
+		}
+	}
+	t.Logf("%d inserts with bodies and %d finishes acknowledged before SIGKILL, all present", len(inserted), len(finished))
+}
+
+// crashAck is a write the crash child acknowledged.
+type crashAck struct {
+	id       domain.JobID
+	seq      int64
+	readySeq int64 // for "fin": the delivery's ReadySeq
+}
+
+// crashAfter runs test's crash child on dir (with env added), kills it
+// with SIGKILL once enough reports whether the inserts acknowledged so
+// far are enough, and returns every insert (by idempotency key) and
+// finish (job → delivery ReadySeq) it acknowledged.
+func crashAfter(t *testing.T, test, dir string, env []string, enough func(acked int) bool) (map[string]crashAck, map[domain.JobID]int64) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("spawns a child process")
 	}
-	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashKeepsAcknowledgedWrites$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashEnv+"="+dir)
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), crashEnv+"="+dir), env...)
 	stdout, err := cmd.StdoutPipe()
 	check(t, err)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	check(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() }) // in case the test stops early
-	type ack struct {
-		id       domain.JobID
-		seq      int64
-		readySeq int64 // for "fin": the delivery's ReadySeq
-	}
-	inserted := map[string]ack{} // idempotency key → acknowledged insert
+	inserted := map[string]crashAck{}
 	finished := map[domain.JobID]int64{}
 	sc := bufio.NewScanner(stdout)
 	killed := false
@@ -242,12 +294,12 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 		switch {
 		case len(f) == 4 && f[0] == "ins":
 			seq, _ := strconv.ParseInt(f[3], 10, 64)
-			inserted[f[1]] = ack{id: domain.JobID(f[2]), seq: seq}
+			inserted[f[1]] = crashAck{id: domain.JobID(f[2]), seq: seq}
 		case len(f) == 3 && f[0] == "fin":
 			rs, _ := strconv.ParseInt(f[2], 10, 64)
 			finished[domain.JobID(f[1])] = rs
 		}
-		if !killed && len(inserted) >= 2000 {
+		if !killed && enough(len(inserted)) {
 			check(t, cmd.Process.Signal(syscall.SIGKILL))
 			killed = true // lines already written still count: read them all
 		}
@@ -259,8 +311,13 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 	if len(finished) == 0 {
 		t.Fatal("child acknowledged no Finish")
 	}
-	s := open(t, dir)
-	defer s.Close()
+	return inserted, finished
+}
+
+// checkAcknowledged fails t unless every acknowledged insert and finish is
+// in s, and a new insert's Seq is past every Seq and ReadySeq in it.
+func checkAcknowledged(t *testing.T, s *pebble.Store, inserted map[string]crashAck, finished map[domain.JobID]int64) {
+	t.Helper()
 	var maxSeq int64
 	for key, a := range inserted {
 		j, err := s.Lookup(t.Context(), "crash", key)
@@ -279,11 +336,18 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 	if next.Seq <= maxSeq {
 		t.Fatalf("Seq %d after the crash, want past %d", next.Seq, maxSeq)
 	}
-	t.Logf("%d inserts and %d finishes acknowledged before SIGKILL, all present", len(inserted), len(finished))
 }
 
-// crashChild writes until it is killed, printing each acknowledged write.
-func crashChild(dir string) {
+// crashBody is the request body of the job with idempotency key key in
+// the bodies crash test: 1 KiB, different for every key.
+func crashBody(key string) []byte {
+	sum := sha256.Sum256([]byte(key))
+	return []byte(strings.Repeat(hex.EncodeToString(sum[:]), 16))
+}
+
+// crashChild writes until it is killed, printing each acknowledged write;
+// with bodies, every job carries crashBody of its key.
+func crashChild(dir string, bodies bool) {
 	s, err := pebble.Open(context.Background(), pebble.Options{Dir: dir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -305,7 +369,11 @@ func crashChild(dir string) {
 			defer wg.Done()
 			for i := 0; time.Now().Before(deadline); i++ {
 				key := fmt.Sprintf("g%d-%d", g, i)
-				j, _, err := s.Insert(context.Background(), storetest.NewJob("crash", key, "a.test:80"))
+				j := storetest.NewJob("crash", key, "a.test:80")
+				if bodies {
+					j.Body = crashBody(key)
+				}
+				j, _, err := s.Insert(context.Background(), j)
 				if err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					return
