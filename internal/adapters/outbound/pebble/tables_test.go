@@ -216,3 +216,53 @@ func TestBodiesAreWrittenOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletedBodiesFreeTheirBlobFiles checks the other half of the value
+// separation: once every body in a blob file is deleted (here, purged as
+// expired) and the deletions are compacted, the file is gone, so a
+// finished backlog gives its disk space back.
+func TestDeletedBodiesFreeTheirBlobFiles(t *testing.T) {
+	s := openTemp(t)
+	ctx := t.Context()
+	rng := rand.New(rand.NewPCG(5, 6))
+	jobs := make([]*domain.Job, 2000)
+	for i := range jobs {
+		j := storetest.BacklogJob(fmt.Sprint("k", i), rng)
+		j.ExpiresAt = time.Now().Add(-time.Minute)
+		jobs[i] = j
+	}
+	if _, err := s.InsertBatch(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	compactAll := func() {
+		t.Helper()
+		if err := s.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compactAll()
+	if n := s.db.Metrics().BlobFiles.LiveCount; n == 0 {
+		t.Fatal("no blob file after the flush; the test checks nothing")
+	}
+	purged := 0
+	for {
+		n, err := s.Purge(ctx, &ports.PurgeParams{Now: time.Now(), Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		purged += n
+	}
+	if purged != len(jobs) {
+		t.Fatalf("purged %d jobs, want %d", purged, len(jobs))
+	}
+	compactAll()
+	if m := s.db.Metrics().BlobFiles; m.LiveCount != 0 {
+		t.Fatalf("%d blob files (%d bytes) live after every body was deleted and compacted; want none", m.LiveCount, m.LiveSize)
+	}
+}
