@@ -929,22 +929,22 @@ const l0TargetFileSize = 256 << 10
 // files (bodySeparation); every other prefix keeps its values in its
 // tables.
 func prefixSpans(start []byte) (pebble.SpanPolicy, []byte, error) {
-	if len(start) < 2 || start[1] != '/' {
-		return pebble.SpanPolicy{ValueStoragePolicy: pebble.ValueStorageLowReadLatency}, nil, nil
+	inPlace := pebble.SpanPolicy{ValueStoragePolicy: pebble.ValueStorageLowReadLatency}
+	switch {
+	case len(start) < 2 || start[1] != '/':
+		return inPlace, nil, nil
+	case start[0] == prefixBody[0]:
+		return pebble.SpanPolicy{}, []byte{start[0], '/' + 1}, nil
 	}
-	p := pebble.SpanPolicy{ValueStoragePolicy: pebble.ValueStorageLowReadLatency}
-	if start[0] == prefixBody[0] {
-		p.ValueStoragePolicy = pebble.ValueStorageDefault
-	}
-	return p, []byte{start[0], '/' + 1}, nil
+	return inPlace, []byte{start[0], '/' + 1}, nil
 }
 
 // bodySeparation is the store's value separation: a flush writes each
 // request body of at least minSeparatedBody bytes once, to a blob file, and
 // the table keeps a reference to it. Compactions then move the references
 // down the levels, not the bodies: a body is written once, not once per
-// level (with a million queued jobs of 1 KiB, the bodies were most of what
-// compactions rewrote). prefixSpans keeps every other value in its table:
+// level (with 1 KiB bodies beside a backlog, the bodies were most of the
+// bytes compactions wrote). prefixSpans keeps every other value in its table:
 // records and index entries are rewritten as a job moves and are read on
 // every lookup.
 //

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
 	"github.com/aquiferhq/aquifer/internal/storetest"
@@ -22,13 +24,22 @@ func TestPrefixSpans(t *testing.T) {
 		{"x/q\xff\xff", "x0"},
 		{"k/", "k0"},
 		{"m/seq", "m0"},
+		{"b/01abc", "b0"},
 		{"j", ""},  // no prefix: the span runs to the end
 		{"zz", ""}, // not one of ours
 		{"", ""},
 	} {
-		_, end, err := prefixSpans([]byte(c.start))
+		p, end, err := prefixSpans([]byte(c.start))
 		if err != nil || string(end) != c.end {
 			t.Errorf("prefixSpans(%q) = %q, %v; want %q", c.start, end, err, c.end)
+		}
+		// Only request bodies may go to blob files (bodySeparation).
+		want := pebble.ValueStorageLowReadLatency
+		if strings.HasPrefix(c.start, "b/") {
+			want = pebble.ValueStorageDefault
+		}
+		if p.ValueStoragePolicy != want {
+			t.Errorf("prefixSpans(%q): value storage %d, want %d", c.start, p.ValueStoragePolicy, want)
 		}
 	}
 }
