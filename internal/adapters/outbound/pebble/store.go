@@ -197,6 +197,11 @@ func (s *Store) openDB(readOnly bool) (*pebble.DB, error) {
 	for i := 1; i < len(popts.TargetFileSizes); i++ {
 		popts.TargetFileSizes[i] = 2 << 20 << i
 	}
+	// L0 is compacted into the base level at four sublevels, not two
+	// (l0CompactionSublevels; "Flushes and compactions" in the package
+	// documentation).
+	popts.L0CompactionThreshold = 2 * l0CompactionSublevels
+	popts.L0StopWritesThreshold = l0StopWritesThreshold
 	if d := o.WALMinSyncInterval; d > 0 {
 		popts.WALMinSyncInterval = func() time.Duration { return d }
 	}
@@ -922,6 +927,22 @@ func (e fatalError) Error() string { return string(e) }
 // default is 2 MiB; the smaller target is what makes a flush split its
 // output at a quarter of the base-level overlap (10× the target).
 const l0TargetFileSize = 256 << 10
+
+// L0's thresholds, in sublevels (flushes whose keys overlap). Pebble
+// compacts L0 into the base level once it holds L0CompactionThreshold/2
+// sublevels (its score is twice the sublevels over the threshold), two
+// with its default of 4; here four. Each such compaction rewrites every
+// base-level table its input overlaps, and beside a backlog those are whole
+// tables at the ends of its indexes, for a few new keys each: waiting for
+// twice as many flushes halves how often they are rewritten. Beside a
+// million queued jobs, compactions wrote about half the bytes per job
+// (BENCHMARKS.md, "An eighth look"). Writes stop at 32 sublevels (Pebble's
+// default stop is 12), so a burst of flushes has room while the compaction
+// runs.
+const (
+	l0CompactionSublevels = 4
+	l0StopWritesThreshold = 8 * l0CompactionSublevels
+)
 
 // prefixSpans ends every table a flush or compaction writes at the end of a
 // key prefix ("j/", "x/", ...), so that no table holds keys of two

@@ -277,3 +277,66 @@ func TestDeletedBodiesFreeTheirBlobFiles(t *testing.T) {
 		t.Fatalf("%d blob files (%d bytes) live after every body was deleted and compacted; want none", m.LiveCount, m.LiveSize)
 	}
 }
+
+// TestL0IsCompactedAtFourSublevels checks L0's threshold
+// (l0CompactionSublevels): three flushes whose keys overlap stay in L0,
+// and the fourth makes Pebble compact L0 into the base level. With
+// Pebble's default, which compacts at two, the base-level tables at a
+// backlog's ends were rewritten twice as often.
+func TestL0IsCompactedAtFourSublevels(t *testing.T) {
+	s := openTemp(t)
+	db := s.db
+	flush := func(i int) {
+		t.Helper()
+		// Both ends of one range: each flush overlaps all the earlier ones.
+		for _, k := range []string{"r/head", "r/tail"} {
+			if err := db.Set([]byte(k), fmt.Appendf(nil, "%d", i), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// quiet waits until no compaction has been running for half a second.
+	quiet := func() *pebble.Metrics {
+		t.Helper()
+		start, still := time.Now(), time.Now()
+		for time.Since(still) < 500*time.Millisecond {
+			if time.Since(start) > time.Minute {
+				t.Fatal("compactions did not stop within a minute")
+			}
+			if db.Metrics().Compact.NumInProgress > 0 {
+				still = time.Now()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return db.Metrics()
+	}
+	for i := 1; i < l0CompactionSublevels; i++ {
+		flush(i)
+	}
+	m := quiet()
+	if got := m.Levels[0].Sublevels; got != l0CompactionSublevels-1 || m.Compact.Count != 0 {
+		t.Fatalf("after %d overlapping flushes: %d L0 sublevels and %d compactions; want %d and none",
+			l0CompactionSublevels-1, got, m.Compact.Count, l0CompactionSublevels-1)
+	}
+	flush(l0CompactionSublevels)
+	deadline := time.Now().Add(time.Minute)
+	for m = quiet(); m.Compact.Count == 0 || m.Levels[0].Sublevels != 0; m = quiet() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d overlapping flushes: %d L0 sublevels and %d compactions; want L0 compacted",
+				l0CompactionSublevels, m.Levels[0].Sublevels, m.Compact.Count)
+		}
+	}
+	for _, k := range []string{"r/head", "r/tail"} {
+		v, closer, err := db.Get([]byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(v) != fmt.Sprint(l0CompactionSublevels) {
+			t.Errorf("%s = %q after the compaction, want the last flush's %d", k, v, l0CompactionSublevels)
+		}
+		closer.Close()
+	}
+}
