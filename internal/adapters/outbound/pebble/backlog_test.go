@@ -62,12 +62,26 @@ func BenchmarkBacklog(b *testing.B) {
 // estimated compaction debt need not reach zero: levels a little over
 // their target size are left until more writes come.)
 func settle(b *testing.B, s *Store) {
-	start, quiet := time.Now(), time.Now()
-	for time.Since(start) < 10*time.Minute && time.Since(quiet) < 2*time.Second {
-		if s.db.Metrics().Compact.NumInProgress > 0 {
-			quiet = time.Now()
-		}
-		time.Sleep(100 * time.Millisecond)
+	took, ok := waitQuiet(s, 2*time.Second, 10*time.Minute)
+	if !ok {
+		b.Logf("compactions still running after %v", took.Round(time.Millisecond))
+		return
 	}
-	b.Logf("compactions settled in %v", time.Since(start).Round(time.Millisecond))
+	b.Logf("compactions settled in %v", took.Round(time.Millisecond))
+}
+
+// waitQuiet waits until Pebble has run no compaction for quietFor, at most
+// limit. It returns how long it waited and whether Pebble went quiet.
+func waitQuiet(s *Store, quietFor, limit time.Duration) (time.Duration, bool) {
+	start, still := time.Now(), time.Now()
+	for time.Since(still) < quietFor {
+		if time.Since(start) > limit {
+			return time.Since(start), false
+		}
+		if s.db.Metrics().Compact.NumInProgress > 0 {
+			still = time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start), true
 }

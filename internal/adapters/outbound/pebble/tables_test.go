@@ -301,15 +301,8 @@ func TestL0IsCompactedAtFourSublevels(t *testing.T) {
 	// quiet waits until no compaction has been running for half a second.
 	quiet := func() *pebble.Metrics {
 		t.Helper()
-		start, still := time.Now(), time.Now()
-		for time.Since(still) < 500*time.Millisecond {
-			if time.Since(start) > time.Minute {
-				t.Fatal("compactions did not stop within a minute")
-			}
-			if db.Metrics().Compact.NumInProgress > 0 {
-				still = time.Now()
-			}
-			time.Sleep(20 * time.Millisecond)
+		if _, ok := waitQuiet(s, 500*time.Millisecond, time.Minute); !ok {
+			t.Fatal("compactions did not stop within a minute")
 		}
 		return db.Metrics()
 	}
