@@ -11,9 +11,13 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/aquiferhq/aquifer/internal/domain"
@@ -52,7 +56,7 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// NewClient returns an *http.Client for outbound dispatch. It has no overall
+// NewClient returns the client for outbound dispatch. It has no overall
 // timeout: every attempt carries its own deadline in its context. It does not
 // use proxy settings from the environment, so where a request goes is decided
 // by the job and Aquifer's configuration only, and it does not decompress
@@ -60,7 +64,7 @@ type Resolver interface {
 // own HTTP/1.1 client (h1Transport, cheaper per request than net/http's);
 // https:// ones, and the rare http:// requests it leaves to net/http, through
 // net/http's Transport with HTTP/2. Both dial through the same guard.
-func NewClient(o Options) *http.Client {
+func NewClient(o Options) *Client {
 	if o.MaxIdleConnsPerHost <= 0 {
 		o.MaxIdleConnsPerHost = 256
 	}
@@ -86,7 +90,7 @@ func NewClient(o Options) *http.Client {
 		return t
 	}}
 	maxRedirects := o.MaxRedirects
-	return &http.Client{
+	return &Client{Client: &http.Client{
 		Transport: rt,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= maxRedirects {
@@ -97,7 +101,87 @@ func NewClient(o Options) *http.Client {
 			// denied address are caught at dial time.
 			return rt.policyOf(req.Context()).CheckHost(req.URL.Hostname())
 		},
+	}}
+}
+
+// Client is the outbound client: an *http.Client whose Do sends the first
+// hop of a request straight to the transport.
+//
+// net/http's Client.Do begins every request by copying its headers and URL
+// for the redirects it might follow: a map and a slice of values per
+// request, about a dozen allocations for a dispatch and its webhook, and
+// almost never used. Do sends the request first and hands it to net/http
+// only when the answer is one net/http would follow (301, 302, 303, 307 or
+// 308). net/http then runs its own redirect rules from that answer, which
+// it is given rather than asking for again, so the destination sees the
+// request once, and everything after the first hop (method and body
+// changes, which headers cross to another host, CheckRedirect's policy
+// check and its cap) is net/http's. Errors are the *url.Error net/http
+// returns. Requests whose first hop net/http prepares itself (a URL with
+// user info, no Header, a RequestURI) and clients with a Jar or a Timeout
+// go through net/http whole.
+type Client struct {
+	*http.Client
+}
+
+// Do sends req and returns its response, following redirects as
+// http.Client.Do does.
+func (c *Client) Do(req *http.Request) (*http.Response, error) {
+	if req.URL == nil || req.URL.User != nil || req.Header == nil || req.RequestURI != "" ||
+		c.Jar != nil || c.Timeout != 0 || c.Transport == nil {
+		return c.Client.Do(req)
 	}
+	resp, err := c.Transport.RoundTrip(req)
+	if err != nil {
+		if tlsErr, ok := err.(tls.RecordHeaderError); ok && string(tlsErr.RecordHeader[:]) == "HTTP/" {
+			err = http.ErrSchemeMismatch // as net/http reports an http:// server on an https:// URL
+		}
+		return nil, &url.Error{Op: urlErrorOp(req.Method), URL: req.URL.String(), Err: err}
+	}
+	if resp == nil {
+		return nil, &url.Error{Op: urlErrorOp(req.Method), URL: req.URL.String(),
+			Err: fmt.Errorf("http: RoundTripper implementation (%T) returned a nil *Response with a nil error", c.Transport)}
+	}
+	if resp.Body == nil {
+		resp.Body = http.NoBody
+	}
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		follow := *c.Client
+		follow.Transport = &answered{resp: resp, rt: c.Transport}
+		return follow.Do(req)
+	}
+	return resp, nil
+}
+
+// answered is the transport of a request whose first hop was already
+// sent: its first round trip returns that hop's response, the rest go to rt.
+type answered struct {
+	resp *http.Response
+	rt   http.RoundTripper
+}
+
+func (a *answered) RoundTrip(req *http.Request) (*http.Response, error) {
+	if resp := a.resp; resp != nil {
+		a.resp = nil
+		return resp, nil
+	}
+	return a.rt.RoundTrip(req)
+}
+
+// urlErrorOp is the Op of the *url.Error net/http's Client returns for a
+// request with this method: "Get" for none, "Post" for POST.
+func urlErrorOp(method string) string {
+	if method == "" {
+		return "Get"
+	}
+	for i := 0; i < len(method); i++ {
+		if method[i] < ' ' || method[i] > '~' {
+			return method // net/http lowers printable ASCII only
+		}
+	}
+	return method[:1] + strings.ToLower(method[1:])
 }
 
 func newTransport(o Options, dial func(ctx context.Context, network, address string) (net.Conn, error)) *http.Transport {

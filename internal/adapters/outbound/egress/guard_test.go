@@ -126,7 +126,7 @@ func setup(t *testing.T, m transportMode) *testBundle {
 	}
 }
 
-func (b *testBundle) client(t *testing.T, p *domain.DestinationPolicy) *http.Client {
+func (b *testBundle) client(t *testing.T, p *domain.DestinationPolicy) *egress.Client {
 	t.Helper()
 	c := egress.NewClient(egress.Options{Policy: p, Resolver: b.resolver, Dial: b.dialer.Dial, NetHTTPForPlainHTTP: b.mode.netHTTP})
 	t.Cleanup(c.CloseIdleConnections)
@@ -150,7 +150,7 @@ func (b *testBundle) url(host, path string) string {
 	return "http://" + net.JoinHostPort(host, b.port) + path
 }
 
-func get(ctx context.Context, t *testing.T, c *http.Client, url string) (string, error) {
+func get(ctx context.Context, t *testing.T, c *egress.Client, url string) (string, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -165,7 +165,7 @@ func get(ctx context.Context, t *testing.T, c *http.Client, url string) (string,
 	return string(body), nil
 }
 
-func mustOK(ctx context.Context, t *testing.T, c *http.Client, url string) {
+func mustOK(ctx context.Context, t *testing.T, c *egress.Client, url string) {
 	t.Helper()
 	body, err := get(ctx, t, c, url)
 	if err != nil || body != "ok" {
@@ -175,7 +175,7 @@ func mustOK(ctx context.Context, t *testing.T, c *http.Client, url string) {
 
 // mustDeny asserts that GET url fails with a *DestinationDeniedError whose
 // rule is rule, and returns it.
-func mustDeny(ctx context.Context, t *testing.T, c *http.Client, url, rule string) *domain.DestinationDeniedError {
+func mustDeny(ctx context.Context, t *testing.T, c *egress.Client, url, rule string) *domain.DestinationDeniedError {
 	t.Helper()
 	body, err := get(ctx, t, c, url)
 	var d *domain.DestinationDeniedError

@@ -47,3 +47,54 @@ func BenchmarkTransport(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClientDo sends the same POSTs as BenchmarkTransport through
+// Aquifer's HTTP/1.1 transport, with the headers of a dispatch (the job's
+// two, the six load headers and the ORCA format), once through net/http's
+// Client.Do and once through Client.Do, which leaves out net/http's copy of
+// the request for redirects.
+func BenchmarkClientDo(b *testing.B) {
+	body := bytes.Repeat([]byte(`{"k":"v"},`), 20) // 200 bytes
+	body[0], body[len(body)-1] = '[', ']'
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	defer srv.Close()
+	c := NewClient(Options{Dial: loopbackDial})
+	defer c.CloseIdleConnections()
+	for _, bc := range []struct {
+		name string
+		do   func(*http.Request) (*http.Response, error)
+	}{
+		{"net-http-Client.Do", c.Client.Do},
+		{"Client.Do", c.Do},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req, _ := http.NewRequestWithContext(b.Context(), http.MethodPost, srv.URL+"/jobs", bytes.NewReader(body))
+				req.Header = http.Header{
+					"Content-Type":                 {"application/json"},
+					"Authorization":                {"Bearer t"},
+					"X-Aqueduct-Total-Jobs":        {"10"},
+					"X-Aqueduct-Queue-Depth":       {"3"},
+					"X-Aqueduct-Flow-Rate":         {"100"},
+					"X-Aquifer-Total-Jobs":         {"10"},
+					"X-Aquifer-Queue-Depth":        {"3"},
+					"X-Aquifer-Flow-Rate":          {"100"},
+					"Endpoint-Load-Metrics-Format": {"text"},
+				}
+				resp, err := bc.do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+}
