@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -211,4 +212,35 @@ func dropSchema(dsn, schema string) {
 	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
 		fmt.Fprintf(os.Stderr, "aquifer-bench: dropping schema %s: %v\n", schema, err)
 	}
+}
+
+// pause stops the daemon's process (SIGSTOP) until resume, so that its
+// background work stays off the machine while another daemon is measured.
+// It reports whether the process was stopped; it waits (up to a second)
+// until the kernel says so.
+func (d *daemon) pause() bool {
+	if d.cmd == nil || d.cmd.Process == nil || d.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+		return false
+	}
+	for deadline := time.Now().Add(time.Second); d.state() != 'T' && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+// resume lets a paused daemon run again.
+func (d *daemon) resume() { _ = d.cmd.Process.Signal(syscall.SIGCONT) }
+
+// state is the daemon process's state letter in /proc (R, S, T, ...), 0
+// when it cannot be read.
+func (d *daemon) state() byte {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	s := string(raw)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2]
+	}
+	return 0
 }

@@ -83,6 +83,7 @@ type options struct {
 	scaleBody     int
 	scaleCSV      string
 	scaleSettle   time.Duration
+	scaleRef      bool
 }
 
 func main() {
@@ -144,6 +145,8 @@ func main() {
 	flag.StringVar(&backlogs, "scale-backlogs", "0,100000,1000000", "scale scenario: queued jobs at each step, rising")
 	flag.IntVar(&o.scaleBody, "scale-body", 1024, "scale scenario: bytes of request body per job (the fill's, ingest's and e2e's)")
 	flag.StringVar(&o.scaleCSV, "scale-csv", "", "scale scenario: also write its rows to this CSV file")
+	flag.BoolVar(&o.scaleRef, "scale-reference", true,
+		"scale scenario: judge each step against a fresh daemon with an empty store, measured just before and after each of the step's measurements while the step's daemon is paused (false: against the store's first step)")
 	flag.DurationVar(&o.scaleSettle, "scale-settle", 3*time.Minute,
 		"scale scenario: after each fill, wait at most this long for the daemon to stay under a tenth of a core for 2 s (the store's compactions of the fill)")
 	flag.Parse()

@@ -22,6 +22,19 @@ import (
 // the next step) and e2e (-n jobs for a fast target with a webhook) with the
 // same clients as the ingest and e2e scenarios.
 //
+// The machine's speed drifts over the minutes between steps (on a shared
+// 2-core machine, by half from one minute to the next), so each step is
+// also judged against a reference measured beside it (-scale-reference, on
+// by default): a fresh daemon with an empty store and the same
+// configuration, measured with half of -n jobs just before and just after
+// each of the step's two measurements. While one daemon is measured the
+// other is paused (SIGSTOP), so neither's background work (a backlog's
+// counts and compactions) runs in the other's window. The reference rate is
+// the mean of the two runs, which cancels a drift that is steady over the
+// step; the step's ratio to it is its ratio to an empty store. At the first
+// step (0 queued) both daemons are empty: that ratio shows what the method
+// itself can resolve.
+//
 // Admission control is off for it: AQUIFER_DB_MAX_BYTES=0 (a million 1 KiB
 // jobs are over a GiB, past the 800 MiB default) and AQUIFER_MEMORY_LIMIT_MB=0.
 // Nothing expires mid-run: queued jobs live 24 h (domain.QueuedTTL) and
@@ -47,8 +60,11 @@ type scaleRow struct {
 	settled    bool
 	ingest     result
 	e2e        result
-	rss        int64 // after both measurements (VmRSS)
-	peak       int64 // since the daemon started (VmHWM)
+	// The reference's runs just before and just after ingest and e2e
+	// (-scale-reference; none without it).
+	refIngest, refE2E []result
+	rss               int64 // after both measurements (VmRSS)
+	peak              int64 // since the daemon started (VmHWM)
 }
 
 // parseBacklogs parses -scale-backlogs: non-negative job counts in rising
@@ -107,13 +123,31 @@ func runScale(ctx context.Context, o options) ([]scaleRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	env := []string{"AQUIFER_DB_MAX_BYTES=0", "AQUIFER_MEMORY_LIMIT_MB=0"}
 	d, err := startDaemonWith(ctx, o, []upstreamRate{{fillTarget.host(), 1, 1}, {ingestTarget.host(), 1, 1},
-		{target.host(), 100000, 256}, {hooks.host(), 100000, 256}}, "",
-		[]string{"AQUIFER_DB_MAX_BYTES=0", "AQUIFER_MEMORY_LIMIT_MB=0"})
+		{target.host(), 100000, 256}, {hooks.host(), 100000, 256}}, "", env)
 	if err != nil {
 		return nil, err
 	}
 	defer d.stop()
+	// The reference daemons' own targets: their 1 rps target's hits must
+	// not count against the backlog's.
+	var refSinks [3]*sink
+	if o.scaleRef && o.addr == "" {
+		for i, mk := range []func() (*sink, error){newTarget, newTarget, newReceiver} {
+			if refSinks[i], err = sinkOf(mk); err != nil {
+				return nil, err
+			}
+		}
+	}
+	startRef := func() (*daemon, error) {
+		if refSinks[0] == nil {
+			return nil, nil
+		}
+		// AQUIFER_DEBUG_ADDR is the step's daemon's alone (profiles).
+		return startDaemonWith(ctx, o, []upstreamRate{{refSinks[0].host(), 1, 1}, {refSinks[1].host(), 100000, 256},
+			{refSinks[2].host(), 100000, 256}}, "", append(env, "AQUIFER_DEBUG_ADDR="))
+	}
 	// The backlog is counted here, not read from the daemon: its count is
 	// the store's, which may time out (and read 0) with a million rows.
 	slow := 0 // jobs accepted for the two 1 rps upstreams
@@ -133,13 +167,40 @@ func runScale(ctx context.Context, o options) ([]scaleRow, error) {
 			row.settleTime, row.settled = d.settle(ctx, o.scaleSettle)
 		}
 		row.queued, row.reported = queued(), d.queued(ctx)
+		ref, err := startRef()
+		if err != nil {
+			return rows, fmt.Errorf("backlog %d: the reference daemon: %w", step, err)
+		}
 		label := fmt.Sprintf("%s @%d", o.store, step)
-		row.ingest = ingestOn(ctx, o, d, ingestTarget, "scale ingest "+label, "scale-ingest")
+		half := o
+		half.jobs = max(o.jobs/2, 1)
+		// beside runs a reference measurement with the step's daemon paused.
+		beside := func(into *[]result, when string, run func(ref *daemon, label string) result) {
+			if ref != nil && ctx.Err() == nil {
+				*into = append(*into, alone(d, func() result { return run(ref, "scale reference "+label+" ("+when+")") }))
+			}
+		}
+		refIngest := func(ref *daemon, name string) result {
+			return ingestOn(ctx, half, ref, refSinks[0], name, "scale-ref-ingest")
+		}
+		refE2E := func(ref *daemon, name string) result {
+			return e2eOn(ctx, half, ref, refSinks[1], refSinks[2], name)
+		}
+		beside(&row.refIngest, "before", refIngest)
+		row.ingest = alone(ref, func() result { return ingestOn(ctx, o, d, ingestTarget, "scale ingest "+label, "scale-ingest") })
 		slow += row.ingest.accepted
+		beside(&row.refIngest, "after", refIngest)
+		beside(&row.refE2E, "before", refE2E)
+		if ctx.Err() == nil {
+			row.e2e = alone(ref, func() result { return e2eOn(ctx, o, d, target, hooks, "scale e2e "+label) })
+		}
+		beside(&row.refE2E, "after", refE2E)
+		if ref != nil {
+			ref.stop()
+		}
 		if ctx.Err() != nil {
 			return rows, ctx.Err()
 		}
-		row.e2e = e2eOn(ctx, o, d, target, hooks, "scale e2e "+label)
 		row.rss, row.peak = d.currentRSS(), d.peakRSS()
 		rows = append(rows, row)
 		if ctx.Err() != nil {
@@ -231,10 +292,38 @@ type scaleCheck struct {
 	known       bool
 }
 
-// evaluateScale checks each store's largest step against its first: both
-// rates at least scaleRateFloor of the first step's, and the peak RSS at the
-// largest step within scalePeakRSS. A store with one step has nothing to
-// compare its rates with and gets the RSS check only.
+// alone runs f while other (when not nil) is paused.
+func alone(other *daemon, f func() result) result {
+	if other != nil && other.pause() {
+		defer other.resume()
+	}
+	return f()
+}
+
+// refRate is the mean of rate over a step's reference runs, 0 when there
+// are none or one of them has no rate.
+func refRate(runs []result, rate func(result) float64) float64 {
+	sum := 0.0
+	for _, r := range runs {
+		if rate(r) <= 0 {
+			return 0
+		}
+		sum += rate(r)
+	}
+	if len(runs) == 0 {
+		return 0
+	}
+	return sum / float64(len(runs))
+}
+
+func ingestRate(r result) float64 { return r.ingest }
+func e2eRate(r result) float64    { return r.e2e }
+
+// evaluateScale checks each store's largest step: both rates at least
+// scaleRateFloor of the reference measured beside that step when it has
+// one, otherwise of the store's first step's, and the peak RSS at the
+// largest step within scalePeakRSS. A store with one step and no reference
+// has nothing to compare its rates with and gets the RSS check only.
 func evaluateScale(rows []scaleRow) []scaleCheck {
 	var out []scaleCheck
 	for _, store := range scaleStores(rows) {
@@ -248,17 +337,26 @@ func evaluateScale(rows []scaleRow) []scaleCheck {
 			}
 			last = &rows[i]
 		}
-		if last != first {
+		paired := len(last.refIngest) > 0 || len(last.refE2E) > 0
+		if last != first || paired {
 			rate := func(what string, at, base float64) scaleCheck {
-				c := scaleCheck{store: store, goal: fmt.Sprintf("%s jobs/s at %d queued ≥ %.0f %% of at %d", what, last.backlog,
-					scaleRateFloor*100, first.backlog), value: "-", known: at > 0 && base > 0}
+				of := fmt.Sprintf("at %d", first.backlog)
+				if paired {
+					of = "an empty store's beside it"
+				}
+				c := scaleCheck{store: store, goal: fmt.Sprintf("%s jobs/s at %d queued ≥ %.0f %% of %s", what, last.backlog,
+					scaleRateFloor*100, of), value: "-", known: at > 0 && base > 0}
 				if c.known {
 					c.value = fmt.Sprintf("%.0f %%", at/base*100)
 					c.met = at >= scaleRateFloor*base
 				}
 				return c
 			}
-			out = append(out, rate("ingest", last.ingest.ingest, first.ingest.ingest), rate("e2e", last.e2e.e2e, first.e2e.e2e))
+			ingestBase, e2eBase := first.ingest.ingest, first.e2e.e2e
+			if paired {
+				ingestBase, e2eBase = refRate(last.refIngest, ingestRate), refRate(last.refE2E, e2eRate)
+			}
+			out = append(out, rate("ingest", last.ingest.ingest, ingestBase), rate("e2e", last.e2e.e2e, e2eBase))
 		}
 		c := scaleCheck{store: store, goal: fmt.Sprintf("peak RSS at %d queued ≤ %s", last.backlog, mib(scalePeakRSS)),
 			value: "-", known: last.peak > 0}
@@ -302,15 +400,16 @@ func printScale(w io.Writer, rows []scaleRow) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nscale curve (%d jobs per measurement; CPU and allocs per job: ingest / e2e; \"vs\" is the store's first step):\n",
+	fmt.Fprintf(w, "\nscale curve (%d jobs per measurement; CPU and allocs per job: ingest / e2e; \"vs first\" is the store's first step, \"vs ref\" an empty store's measured beside the step):\n",
 		rows[0].ingest.accepted)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "store\tbacklog\tqueued\tingest jobs/s\tvs first\tp99\te2e jobs/s\tvs first\tlost\tserver CPU/job\tallocs/job\tRSS now\tpeak RSS\t")
+	fmt.Fprintln(tw, "store\tbacklog\tqueued\tingest jobs/s\tvs first\tvs ref\tp99\te2e jobs/s\tvs first\tvs ref\tlost\tserver CPU/job\tallocs/job\tRSS now\tpeak RSS\t")
 	for i, r := range rows {
 		base := scaleBase(rows, i)
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%.0f\t%s\t%d\t%s / %s\t%s / %s\t%s\t%s\t\n", r.store, r.backlog, r.queued,
-			r.ingest.ingest, vsText(r.ingest.ingest, base.ingest.ingest), ms(r.ingest.p99),
-			r.e2e.e2e, vsText(r.e2e.e2e, base.e2e.e2e), r.e2e.lost,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%.0f\t%s\t%s\t%d\t%s / %s\t%s / %s\t%s\t%s\t\n", r.store, r.backlog, r.queued,
+			r.ingest.ingest, vsText(r.ingest.ingest, base.ingest.ingest), vsText(r.ingest.ingest, refRate(r.refIngest, ingestRate)),
+			ms(r.ingest.p99),
+			r.e2e.e2e, vsText(r.e2e.e2e, base.e2e.e2e), vsText(r.e2e.e2e, refRate(r.refE2E, e2eRate)), r.e2e.lost,
 			cpuText(r.ingest.cost.cpu), cpuText(r.e2e.cost.cpu), r.ingest.cost.allocsText(), r.e2e.cost.allocsText(),
 			mib(r.rss), mib(r.peak))
 	}
@@ -323,11 +422,15 @@ func printScale(w io.Writer, rows []scaleRow) {
 			fmt.Fprintf(w, "%s @%d: filled %d jobs in %s; the daemon was quiet %s later\n",
 				r.store, r.backlog, r.filled, r.fillTime.Round(time.Second), r.settleTime.Round(time.Second))
 		}
+		if len(r.refIngest)+len(r.refE2E) > 0 {
+			fmt.Fprintf(w, "%s @%d: the reference (an empty store, %d jobs a run, before and after): ingest %s jobs/s, e2e %s jobs/s\n",
+				r.store, r.backlog, max(r.ingest.accepted/2, 1), ratesText(r.refIngest, ingestRate), ratesText(r.refE2E, e2eRate))
+		}
 		if r.disagrees() {
 			fmt.Fprintf(w, "%s @%d: the daemon's /metrics said %d queued, the bench had queued %d (the daemon's counts are spaced out while counting is slow — /health's jobs.age_ms says how old they are — or the count failed)\n",
 				r.store, r.backlog, r.reported, r.queued)
 		}
-		for _, x := range []result{r.ingest, r.e2e} {
+		for _, x := range append([]result{r.ingest, r.e2e}, append(r.refIngest, r.refE2E...)...) {
 			if x.note != "" && x.failed > 0 {
 				fmt.Fprintf(w, "%s: %d failed; first failure: %s\n", x.scenario, x.failed, x.note)
 			}
@@ -351,6 +454,18 @@ func printScale(w io.Writer, rows []scaleRow) {
 	tw.Flush()
 }
 
+// ratesText lists the runs' rates: "10234 and 9876".
+func ratesText(runs []result, rate func(result) float64) string {
+	var parts []string
+	for _, r := range runs {
+		parts = append(parts, fmt.Sprintf("%.0f", rate(r)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " and ")
+}
+
 // writeScaleCSV writes rows as CSV with a header line, for plotting.
 func writeScaleCSV(w io.Writer, rows []scaleRow) error {
 	cw := csv.NewWriter(w)
@@ -358,7 +473,8 @@ func writeScaleCSV(w io.Writer, rows []scaleRow) error {
 		"ingest_jobs_per_s", "ingest_vs_first", "ingest_p50_ms", "ingest_p99_ms", "ingest_failed",
 		"e2e_jobs_per_s", "e2e_vs_first", "e2e_lost",
 		"ingest_cpu_us_per_job", "e2e_cpu_us_per_job", "ingest_allocs_per_job", "e2e_allocs_per_job",
-		"ingest_gc_per_1k_jobs", "e2e_gc_per_1k_jobs", "rss_bytes", "peak_rss_bytes"})
+		"ingest_gc_per_1k_jobs", "e2e_gc_per_1k_jobs", "rss_bytes", "peak_rss_bytes",
+		"ref_ingest_jobs_per_s", "ingest_vs_ref", "ref_e2e_jobs_per_s", "e2e_vs_ref"})
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 	known := func(v float64, prec int) string {
 		if v < 0 {
@@ -369,6 +485,13 @@ func writeScaleCSV(w io.Writer, rows []scaleRow) error {
 	msf := func(d time.Duration) string { return f(float64(d.Microseconds())/1000, 3) }
 	for i, r := range rows {
 		base := scaleBase(rows, i)
+		refIngest, refE2E := refRate(r.refIngest, ingestRate), refRate(r.refE2E, e2eRate)
+		if refIngest == 0 {
+			refIngest = -1 // none: an empty cell
+		}
+		if refE2E == 0 {
+			refE2E = -1
+		}
 		vs := func(v, b float64) string {
 			if v <= 0 || b <= 0 {
 				return ""
@@ -383,7 +506,8 @@ func writeScaleCSV(w io.Writer, rows []scaleRow) error {
 			strconv.FormatInt(r.ingest.cost.cpu.Microseconds(), 10), strconv.FormatInt(r.e2e.cost.cpu.Microseconds(), 10),
 			known(r.ingest.cost.allocs, 1), known(r.e2e.cost.allocs, 1),
 			known(r.ingest.cost.gcPer1k, 3), known(r.e2e.cost.gcPer1k, 3),
-			strconv.FormatInt(r.rss, 10), strconv.FormatInt(r.peak, 10)})
+			strconv.FormatInt(r.rss, 10), strconv.FormatInt(r.peak, 10),
+			known(refIngest, 1), vs(r.ingest.ingest, refIngest), known(refE2E, 1), vs(r.e2e.e2e, refE2E)})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/csv"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -153,5 +154,88 @@ func TestQuietnessNeedsTwoQuietSeconds(t *testing.T) {
 	}
 	if q.observe(settleEvery / 10) {
 		t.Fatal("a tenth of a core counted as quiet")
+	}
+}
+
+// With a reference beside the largest step, its rates are judged against
+// the reference's mean, not the first step's, and a store with one step
+// gets rate checks too.
+func TestEvaluateScaleAgainstTheReference(t *testing.T) {
+	run := func(ingest, e2e float64) result {
+		return result{kind: "ingest", accepted: 50, ingest: ingest, e2e: e2e, cost: unknownCost}
+	}
+	rows := []scaleRow{
+		scaleRowOf("pebble", 0, 9000, 9000, 90), // the first step would fail both
+		scaleRowOf("pebble", 1000000, 4000, 1600, 200),
+		scaleRowOf("sqlite", 1000000, 4000, 1600, 200),
+	}
+	rows[1].refIngest = []result{run(4500, 0), run(5500, 0)} // mean 5000: 80 %
+	rows[1].refE2E = []result{run(0, 1800), run(0, 2300)}    // mean 2050: 78 %
+	rows[2].refIngest = []result{run(4000, 0), run(0, 0)}    // a run without a rate: no reference
+	rows[2].refE2E = []result{run(0, 1000), run(0, 1000)}
+	got := evaluateScale(rows)
+	want := []scaleCheck{
+		{store: "pebble", goal: "ingest jobs/s at 1000000 queued ≥ 80 % of an empty store's beside it", value: "80 %", met: true, known: true},
+		{store: "pebble", goal: "e2e jobs/s at 1000000 queued ≥ 80 % of an empty store's beside it", value: "78 %", met: false, known: true},
+		{store: "pebble", goal: "peak RSS at 1000000 queued ≤ 256.0 MiB", value: "200.0 MiB", met: true, known: true},
+		{store: "sqlite", goal: "ingest jobs/s at 1000000 queued ≥ 80 % of an empty store's beside it", value: "-"},
+		{store: "sqlite", goal: "e2e jobs/s at 1000000 queued ≥ 80 % of an empty store's beside it", value: "160 %", met: true, known: true},
+		{store: "sqlite", goal: "peak RSS at 1000000 queued ≤ 256.0 MiB", value: "200.0 MiB", met: true, known: true},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("checks:\n%+v\nwant:\n%+v", got, want)
+	}
+	var b strings.Builder
+	if err := writeScaleCSV(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := csv.NewReader(strings.NewReader(b.String())).ReadAll()
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	for _, c := range []struct {
+		row       int
+		name, val string
+	}{
+		{1, "ref_ingest_jobs_per_s", ""}, {1, "e2e_vs_ref", ""}, // the first step has no reference here
+		{2, "ref_ingest_jobs_per_s", "5000.0"}, {2, "ingest_vs_ref", "0.800"},
+		{2, "ref_e2e_jobs_per_s", "2050.0"}, {2, "e2e_vs_ref", "0.780"},
+		{3, "ref_ingest_jobs_per_s", ""}, {3, "ingest_vs_ref", ""},
+	} {
+		if got := recs[c.row][col[c.name]]; got != c.val {
+			t.Errorf("row %d %s = %q; want %q", c.row, c.name, got, c.val)
+		}
+	}
+}
+
+// pause stops a process until resume: the kernel reports it stopped, then
+// running or sleeping again.
+func TestPauseStopsTheProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no sleep command: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	d := &daemon{cmd: cmd}
+	for deadline := time.Now().Add(5 * time.Second); d.state() != 'S' && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if !d.pause() {
+		t.Fatal("pause did not stop the process")
+	}
+	if s := d.state(); s != 'T' {
+		t.Fatalf("paused process in state %q; want T", s)
+	}
+	d.resume()
+	deadline := time.Now().Add(5 * time.Second)
+	for d.state() == 'T' && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if s := d.state(); s == 'T' || s == 0 {
+		t.Fatalf("resumed process in state %q", s)
+	}
+	if (&daemon{}).pause() {
+		t.Fatal("pause of a daemon the bench did not start (-addr) claims to have stopped it")
 	}
 }
