@@ -74,6 +74,27 @@ func TestWriteScaleCSV(t *testing.T) {
 		scaleRowOf("pebble", 0, 6000, 3000, 80)}
 	rows[1].ingest.cost.allocs = 123.45
 	rows[2].reported = -1
+	cell := scaleCSV(t, rows)
+	for _, c := range []struct {
+		row       int
+		name, val string
+	}{
+		{1, "ingest_vs_first", "1.000"}, {2, "ingest_vs_first", "0.500"}, {3, "ingest_vs_first", "1.000"}, // each store's own first
+		{2, "ingest_allocs_per_job", "123.5"}, {1, "ingest_allocs_per_job", ""}, // unknown stays empty
+		{2, "backlog", "1000"}, {3, "store", "pebble"}, {3, "peak_rss_bytes", "83886080"},
+		{2, "daemon_queued", "1000"}, {3, "daemon_queued", ""}, // unknown stays empty
+	} {
+		if got := cell(c.row, c.name); got != c.val {
+			t.Errorf("row %d %s = %q; want %q", c.row, c.name, got, c.val)
+		}
+	}
+}
+
+// scaleCSV writes rows with writeScaleCSV, checks that it wrote a header
+// and a record per row, and returns the cell of a record (1 is the first
+// row) in a named column.
+func scaleCSV(t *testing.T, rows []scaleRow) (cell func(row int, name string) string) {
+	t.Helper()
 	var b strings.Builder
 	if err := writeScaleCSV(&b, rows); err != nil {
 		t.Fatal(err)
@@ -89,22 +110,13 @@ func TestWriteScaleCSV(t *testing.T) {
 	for i, h := range recs[0] {
 		col[h] = i
 	}
-	for _, c := range []struct {
-		row       int
-		name, val string
-	}{
-		{1, "ingest_vs_first", "1.000"}, {2, "ingest_vs_first", "0.500"}, {3, "ingest_vs_first", "1.000"}, // each store's own first
-		{2, "ingest_allocs_per_job", "123.5"}, {1, "ingest_allocs_per_job", ""}, // unknown stays empty
-		{2, "backlog", "1000"}, {3, "store", "pebble"}, {3, "peak_rss_bytes", "83886080"},
-		{2, "daemon_queued", "1000"}, {3, "daemon_queued", ""}, // unknown stays empty
-	} {
-		i, ok := col[c.name]
+	return func(row int, name string) string {
+		t.Helper()
+		i, ok := col[name]
 		if !ok {
-			t.Fatalf("no column %s in %v", c.name, recs[0])
+			t.Fatalf("no column %s in %v", name, recs[0])
 		}
-		if got := recs[c.row][i]; got != c.val {
-			t.Errorf("row %d %s = %q; want %q", c.row, c.name, got, c.val)
-		}
+		return recs[row][i]
 	}
 }
 
@@ -185,15 +197,7 @@ func TestEvaluateScaleAgainstTheReference(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("checks:\n%+v\nwant:\n%+v", got, want)
 	}
-	var b strings.Builder
-	if err := writeScaleCSV(&b, rows); err != nil {
-		t.Fatal(err)
-	}
-	recs, _ := csv.NewReader(strings.NewReader(b.String())).ReadAll()
-	col := map[string]int{}
-	for i, h := range recs[0] {
-		col[h] = i
-	}
+	cell := scaleCSV(t, rows)
 	for _, c := range []struct {
 		row       int
 		name, val string
@@ -203,7 +207,7 @@ func TestEvaluateScaleAgainstTheReference(t *testing.T) {
 		{2, "ref_e2e_jobs_per_s", "2050.0"}, {2, "e2e_vs_ref", "0.780"},
 		{3, "ref_ingest_jobs_per_s", ""}, {3, "ingest_vs_ref", ""},
 	} {
-		if got := recs[c.row][col[c.name]]; got != c.val {
+		if got := cell(c.row, c.name); got != c.val {
 			t.Errorf("row %d %s = %q; want %q", c.row, c.name, got, c.val)
 		}
 	}

@@ -13,14 +13,7 @@ import (
 // goroutine, the body read and closed each time. The server's cost is in
 // both numbers.
 func BenchmarkTransport(b *testing.B) {
-	body := bytes.Repeat([]byte(`{"k":"v"},`), 20) // 200 bytes
-	body[0], body[len(body)-1] = '[', ']'
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	}))
-	defer srv.Close()
+	srv, body := benchServer(b)
 	for _, bc := range []struct {
 		name string
 		rt   http.RoundTripper
@@ -35,14 +28,7 @@ func BenchmarkTransport(b *testing.B) {
 			for b.Loop() {
 				req, _ := http.NewRequestWithContext(b.Context(), http.MethodPost, srv.URL+"/jobs", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
-				resp, err := client.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-					b.Fatal(err)
-				}
-				resp.Body.Close()
+				exchange(b, client.Do, req)
 			}
 		})
 	}
@@ -54,14 +40,7 @@ func BenchmarkTransport(b *testing.B) {
 // Client.Do and once through Client.Do, which leaves out net/http's copy of
 // the request for redirects.
 func BenchmarkClientDo(b *testing.B) {
-	body := bytes.Repeat([]byte(`{"k":"v"},`), 20) // 200 bytes
-	body[0], body[len(body)-1] = '[', ']'
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	}))
-	defer srv.Close()
+	srv, body := benchServer(b)
 	c := NewClient(Options{Dial: loopbackDial})
 	defer c.CloseIdleConnections()
 	for _, bc := range []struct {
@@ -86,15 +65,35 @@ func BenchmarkClientDo(b *testing.B) {
 					"X-Aquifer-Flow-Rate":          {"100"},
 					"Endpoint-Load-Metrics-Format": {"text"},
 				}
-				resp, err := bc.do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-					b.Fatal(err)
-				}
-				resp.Body.Close()
+				exchange(b, bc.do, req)
 			}
 		})
 	}
+}
+
+// benchServer starts the benchmarks' loopback server, which reads each
+// request's body and answers a small JSON object, and returns it with the
+// ~200 byte JSON body the benchmarks send.
+func benchServer(b *testing.B) (*httptest.Server, []byte) {
+	body := bytes.Repeat([]byte(`{"k":"v"},`), 20) // 200 bytes
+	body[0], body[len(body)-1] = '[', ']'
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	b.Cleanup(srv.Close)
+	return srv, body
+}
+
+// exchange sends req with do and reads and closes the answer's body.
+func exchange(b *testing.B, do func(*http.Request) (*http.Response, error), req *http.Request) {
+	resp, err := do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		b.Fatal(err)
+	}
+	resp.Body.Close()
 }
