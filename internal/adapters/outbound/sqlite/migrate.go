@@ -15,7 +15,7 @@ import (
 var schema string
 
 // schemaVersion is the PRAGMA user_version schema.sql sets.
-const schemaVersion = 4
+const schemaVersion = 5
 
 // migrations[v] upgrades a version-v database to v+1 inside tx, the
 // transaction of that one step, and sets the new user_version.
@@ -23,6 +23,7 @@ var migrations = map[int]func(ctx context.Context, tx *sql.Tx) error{
 	1: execStep(`ALTER TABLE jobs ADD COLUMN deferrals INTEGER NOT NULL DEFAULT 0; PRAGMA user_version = 2;`),
 	2: migrateTo3,
 	3: execStep(version4),
+	4: execStep(version5),
 }
 
 func execStep(ddl string) func(context.Context, *sql.Tx) error {
@@ -88,6 +89,15 @@ CREATE INDEX jobs_scheduled ON jobs (not_before, seq)
     WHERE ready_lane = '' AND status = 'queued' AND not_before > 0;
 CREATE INDEX jobs_deadline ON jobs (deadline, seq) WHERE deadline > 0 AND status = 'queued';
 PRAGMA user_version = 4;
+`
+
+// version5 widens jobs_ready with status and expires_at, so that Counts
+// and Position read the index alone. The index is rebuilt from the jobs in
+// lanes (it is partial), which reads the table once.
+const version5 = `
+DROP INDEX jobs_ready;
+CREATE INDEX jobs_ready ON jobs (ready_lane, priority, ready_seq, status, expires_at) WHERE ready_lane != '';
+PRAGMA user_version = 5;
 `
 
 // migrateTo3 adds the attempt history, the columns the operator's filters

@@ -187,7 +187,7 @@ func TestMigratedSchemaIsTheFreshSchema(t *testing.T) {
 	}
 	s.Close()
 	want := schemaOf(t, fresh)
-	for _, v := range []string{"v1", "v2", "v3"} {
+	for _, v := range []string{"v1", "v2", "v3", "v4"} {
 		path := filepath.Join(dir, v+".db")
 		writeOldDB(t, path, "testdata/schema_"+v+".sql")
 		s, err := sqlite.Open(t.Context(), sqlite.Options{Path: path})

@@ -113,9 +113,9 @@ func TestQueryPlans(t *testing.T) {
 		want    string
 	}{
 		{"ListReady", listReadySQL, []any{"a.test:80", 0, 1, 1, 100}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND priority=? AND ready_seq>?)"},
-		{"Position", positionSQL, []any{"a.test:80", 1, 1}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND priority=? AND ready_seq<?)"},
+		{"Position", positionSQL, []any{"a.test:80", 1, 1}, "SEARCH jobs USING COVERING INDEX jobs_ready (ready_lane=? AND priority=? AND ready_seq<?)"},
 		{"Counts", countsSQL, []any{1},
-			"SCAN jobs USING INDEX jobs_ready\nSCALAR SUBQUERY 1\n  SEARCH jobs USING INDEX jobs_scheduled (not_before>?)"},
+			"SCAN jobs USING COVERING INDEX jobs_ready\nSCALAR SUBQUERY 1\n  SEARCH jobs USING INDEX jobs_scheduled (not_before>?)"},
 		{"ReadyQueues", readyQueuesSQL, nil, "SCAN jobs USING COVERING INDEX jobs_ready"},
 		{"NextDue", nextDueSQL, nil, "SEARCH jobs USING INDEX jobs_scheduled (not_before>?)"},
 		{"PromoteDue", promoteSQL, []any{1, 100}, "SEARCH jobs USING INDEX jobs_scheduled (not_before>? AND not_before<?)"},

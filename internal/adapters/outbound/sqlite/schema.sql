@@ -1,4 +1,4 @@
--- Aquifer job store schema (SQLite), version 4. Applied at open when the
+-- Aquifer job store schema (SQLite), version 5. Applied at open when the
 -- database is new; older versions are migrated step by step (migrations in
 -- migrate.go), and a migrated database ends up with exactly this schema
 -- (migrate_test.go checks it). doc.go explains the indexes and shows the
@@ -69,9 +69,11 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency ON jobs (user_id, idempotent_key);
 
 -- The queues: what waits in each lane, one priority at a time, in commit
--- order. Partial, so finished and scheduled jobs cost nothing here. Counts
--- and the stale sweep also read through it.
-CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (ready_lane, priority, ready_seq) WHERE ready_lane != '';
+-- order. Partial, so finished and scheduled jobs cost nothing here. status
+-- and expires_at ride along so that the load gauge's Counts and Position
+-- read the index alone, never the rows (with a million queued jobs the
+-- rows are a gigabyte, the index tens of megabytes).
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (ready_lane, priority, ready_seq, status, expires_at) WHERE ready_lane != '';
 
 -- Scheduled jobs (queued, in no lane yet, with a not_before), due first:
 -- PromoteDue and NextDue read it. A job leaves it when it is promoted
@@ -126,4 +128,4 @@ CREATE TABLE IF NOT EXISTS lane_pauses (
     reason   TEXT    NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;

@@ -394,15 +394,18 @@ func (s *Store) ReadyQueues(ctx context.Context) ([]domain.QueueKey, error) {
 	return lanes, rows.Err()
 }
 
-// countsSQL counts the jobs waiting in lanes (jobs_ready) and, as queued
-// too, the scheduled ones (jobs_scheduled), each from its partial index
-// and the rows in it (TestQueryPlans; INDEXED BY as in the scheduler's
-// reads).
+// countsSQL counts the jobs in lanes from jobs_ready alone (it carries
+// status and expires_at) and, as queued too, the scheduled ones from
+// jobs_scheduled and their rows (few; TestQueryPlans; INDEXED BY as in the
+// scheduler's reads). A job in a lane with a finished status is one whose
+// delivery is pending: finishing a job puts it in the receiver's lane only
+// with its delivery pending (deliveryDue), and the end of the delivery
+// takes it out of the lane.
 const countsSQL = `SELECT
 	coalesce(sum(status = 'queued'), 0) + (SELECT count(*) FROM jobs INDEXED BY jobs_scheduled
 		WHERE ready_lane = '' AND status = 'queued' AND not_before > 0 AND expires_at > ?1),
-	coalesce(sum(status = 'in_flight'), 0), coalesce(sum(delivery_status = 'pending'), 0)
-	FROM jobs WHERE ready_lane != '' AND expires_at > ?1`
+	coalesce(sum(status = 'in_flight'), 0), coalesce(sum(status NOT IN ('queued', 'in_flight')), 0)
+	FROM jobs INDEXED BY jobs_ready WHERE ready_lane != '' AND expires_at > ?1`
 
 // Counts implements ports.JobStore. Scheduled jobs count as queued.
 func (s *Store) Counts(ctx context.Context) (ports.Counts, error) {
