@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,7 +24,7 @@ type daemon struct {
 	cmd    *exec.Cmd
 	dir    string
 	keep   bool
-	logs   *bytes.Buffer
+	logs   *logBuffer
 	schema string // Postgres schema to drop when done
 	dsn    string
 }
@@ -87,7 +88,7 @@ func startDaemonWith(ctx context.Context, o options, rates []upstreamRate, pgSch
 		"AQUIFER_DB_MAX_BYTES=0",
 		"AQUIFER_METRICS=on", // allocations and GC cycles per job (metrics.go)
 	)
-	logs := &bytes.Buffer{}
+	logs := &logBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", o.aquiferd, err)
@@ -243,4 +244,36 @@ func (d *daemon) state() byte {
 		return s[i+2]
 	}
 	return 0
+}
+
+// logBuffer holds a daemon's output; os/exec writes it from its own
+// goroutine while the bench may read it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// lastLogs returns the daemon's last n lines of output joined by " | ", or
+// "none" when it wrote nothing (or the bench did not start it).
+func (d *daemon) lastLogs(n int) string {
+	if d.logs == nil {
+		return "none"
+	}
+	lines := strings.Split(strings.TrimSpace(d.logs.String()), "\n")
+	if len(lines) == 1 && lines[0] == "" {
+		return "none"
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }

@@ -98,8 +98,8 @@ func runFloor(ctx context.Context, o options) ([]result, error) {
 				lost: -1, rss: d.peakRSS(), note: l.firstErr, cost: w.end(ctx, l.accepted)}
 		}
 		r.store = ""
-		if logs := stop(); r.note == "" && (r.lost > 0 || r.failed > 0) {
-			r.note = logs
+		if logs := stop(); logs != "" && (r.lost > 0 || r.failed > 0) {
+			r.note = join(r.note, "the floor's output: "+logs)
 		}
 		out = append(out, r)
 	}

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +140,38 @@ func TestWindowCountsAllocations(t *testing.T) {
 	c = (&daemon{url: bare.URL}).begin(ctx).end(ctx, jobs)
 	if c.allocs != -1 || c.allocsText() != "-" || !strings.Contains(c.err, seriesMallocs) {
 		t.Errorf("without go_memstats_mallocs_total: allocs %v (%q), err %q; want unknown with the reason", c.allocs, c.allocsText(), c.err)
+	}
+}
+
+// A webhook for a job the submissions did not name (or whose job_id could
+// not be read) is foreign; it does not make up for a named job without
+// one.
+func TestSinkWithoutAndForeign(t *testing.T) {
+	s := &sink{seen: map[string]int{"a": 1, "b": 2, "x": 1, "": 1}}
+	ids := []string{"a", "b", "c", ""} // "" : a submission whose answer had no id
+	if got := s.without(ids); !reflect.DeepEqual(got, []string{"c"}) {
+		t.Fatalf("without = %v; want [c]", got)
+	}
+	got := s.foreign(ids)
+	sort.Strings(got)
+	if !reflect.DeepEqual(got, []string{"", "x"}) {
+		t.Fatalf("foreign = %q; want the unreadable one and x", got)
+	}
+	if s.received() != len(ids) || len(s.without(ids)) == 0 {
+		t.Fatal("the test no longer has as many distinct webhooks as jobs with one missing")
+	}
+}
+
+func TestLastLogs(t *testing.T) {
+	d := &daemon{logs: &logBuffer{}}
+	if got := d.lastLogs(2); got != "none" {
+		t.Fatalf("no output: %q", got)
+	}
+	fmt.Fprint(d.logs, "one\ntwo\nthree\n")
+	if got := d.lastLogs(2); got != "two | three" {
+		t.Fatalf("lastLogs(2) = %q", got)
+	}
+	if got := (&daemon{}).lastLogs(2); got != "none" {
+		t.Fatalf("a daemon the bench did not start: %q", got)
 	}
 }

@@ -433,6 +433,8 @@ func printScale(w io.Writer, rows []scaleRow) {
 		for _, x := range append([]result{r.ingest, r.e2e}, append(r.refIngest, r.refE2E...)...) {
 			if x.note != "" && x.failed > 0 {
 				fmt.Fprintf(w, "%s: %d failed; first failure: %s\n", x.scenario, x.failed, x.note)
+			} else if x.note != "" {
+				fmt.Fprintf(w, "%s: %s\n", x.scenario, x.note)
 			}
 			if x.cost.err != "" {
 				fmt.Fprintf(w, "%s: no allocation counts: %s\n", x.scenario, x.cost.err)

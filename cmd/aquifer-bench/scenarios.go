@@ -59,10 +59,15 @@ func newTarget() (*sink, error) {
 	return &sink{leanServer: ls}, nil
 }
 
-// newReceiver records the job_id of each webhook and answers 204.
+// newReceiver records the job_id of each webhook and answers 204. A
+// request without a body is not a webhook (aquiferd's GET /.well-known/l8,
+// which asks a receiver once whether it speaks L8) and is not recorded.
 func newReceiver() (*sink, error) {
 	s := &sink{seen: map[string]int{}}
 	ls, err := newLeanServer(204, "", "", func(body []byte) {
+		if len(body) == 0 {
+			return
+		}
 		id := jobIDOf(body)
 		s.mu.Lock()
 		s.seen[id]++
@@ -253,29 +258,81 @@ func runE2E(ctx context.Context, o options) ([]result, error) {
 // and waits for every webhook (at most o.timeout). The daemon's config must
 // give both hosts a high rate. It forgets what hooks saw before, so one
 // receiver serves several runs one after another.
+//
+// The wait ends when every job the submissions named has its webhook: a
+// webhook for a job this run did not name (a submission whose answer could
+// not be read, a body without a job_id) does not stand in for one that has
+// not arrived. Such webhooks, and the jobs still without one when the wait
+// gave up, are described in the result's note, with the daemon's last log
+// lines when a job's webhook never came.
 func e2eOn(ctx context.Context, o options, d *daemon, target, hooks *sink, label string) result {
 	hooks.reset()
 	w := d.begin(ctx)
 	l := submit(ctx, d.url, "", o.jobs, o.clients, o.quiet, label+" submit", bodyMaker(o, label, target.url()+"/t", hooks.url()+"/hook"))
 	stopBar := progress(o.quiet, label+" webhooks", l.accepted, func() int64 { return int64(hooks.received()) })
 	deadline := time.Now().Add(o.timeout)
-	for hooks.received() < l.accepted && time.Now().Before(deadline) && ctx.Err() == nil {
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		// Counting distinct webhooks is cheap; looking each job up only
+		// once there are as many as jobs.
+		if hooks.received() >= l.accepted && len(hooks.without(l.ids)) == 0 {
+			break
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	e2eElapsed := time.Since(l.start)
 	c := w.end(ctx, l.accepted)
 	stopBar()
-	lost := 0
-	hooks.mu.Lock()
-	for _, id := range l.ids {
-		if id != "" && hooks.seen[id] == 0 {
-			lost++
-		}
+	missing, foreign := hooks.without(l.ids), hooks.foreign(l.ids)
+	lost := len(missing)
+	note := l.firstErr
+	if len(foreign) > 0 {
+		note = join(note, fmt.Sprintf("%d webhooks for jobs the submissions did not name (first: %q)", len(foreign), foreign[0]))
 	}
-	hooks.mu.Unlock()
+	if lost > 0 {
+		note = join(note, fmt.Sprintf("no webhook after %s for %d jobs (first: %s); the daemon's last log lines: %s",
+			o.timeout, lost, missing[0], d.lastLogs(5)))
+	}
 	return result{scenario: label, kind: "e2e", store: o.store, accepted: l.accepted, failed: l.rejected + l.errors,
 		ingest: l.rate(), p50: l.percentile(0.5), p99: l.percentile(0.99), max: l.percentile(1),
-		e2e: float64(l.accepted-lost) / e2eElapsed.Seconds(), lost: lost, rss: d.peakRSS(), note: l.firstErr, cost: c}
+		e2e: float64(l.accepted-lost) / e2eElapsed.Seconds(), lost: lost, rss: d.peakRSS(), note: note, cost: c}
+}
+
+// without returns the ids (of those not empty) hooks has seen no webhook for.
+func (s *sink) without(ids []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if id != "" && s.seen[id] == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// foreign returns the job ids hooks saw webhooks for that are not in ids
+// ("" for a webhook whose job_id could not be read), in no order.
+func (s *sink) foreign(ids []string) []string {
+	known := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		known[id] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for id := range s.seen {
+		if id == "" || !known[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // runBacklog queues o.backlog jobs against a 2 rps upstream and reports the
@@ -334,6 +391,8 @@ func printTable(w io.Writer, rs []result) {
 			fmt.Fprintf(w, "%s: %s\n", r.scenario, r.note)
 		case r.note != "" && r.failed > 0:
 			fmt.Fprintf(w, "%s: first failure: %s\n", r.scenario, r.note)
+		case r.note != "":
+			fmt.Fprintf(w, "%s: %s\n", r.scenario, r.note)
 		}
 		if r.cost.err != "" {
 			fmt.Fprintf(w, "%s: no allocation counts: %s\n", r.scenario, r.cost.err)
