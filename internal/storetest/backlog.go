@@ -357,6 +357,50 @@ func reportRate(b *testing.B, cpu time.Duration) {
 	}
 }
 
+// BacklogStore is a store a BenchmarkBacklog measures, with the store's own
+// parts of the measurement.
+type BacklogStore struct {
+	Store ports.JobStore
+	// Filled, when not nil, runs after the fill, before anything is
+	// measured (an LSM waits for the fill's compactions).
+	Filled func()
+	// Written is BenchBacklog's written (nil: the store writes nothing in
+	// the background).
+	Written func() uint64
+	// Memory, when not nil, reports the store's own memory and disk
+	// figures beside ReportMemory's.
+	Memory func(b *testing.B)
+}
+
+// RunBacklog is a store's BenchmarkBacklog: for an empty store and for one
+// holding the backlog BacklogEnv names (it skips when that is unset), each
+// opened afresh by open (which closes it at cleanup), it fills the backlog
+// (FillBacklog), runs BenchBacklog and reports the memory ("memory").
+func RunBacklog(b *testing.B, open func(b *testing.B) BacklogStore) {
+	sizes := BacklogSizes(b, os.Getenv(BacklogEnv))
+	if sizes == nil {
+		b.Skipf("set %s to the number of jobs to queue", BacklogEnv)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("backlog=%d", n), func(b *testing.B) {
+			bs := open(b)
+			FillBacklog(b, bs.Store, n)
+			if bs.Filled != nil {
+				bs.Filled()
+			}
+			BenchBacklog(b, bs.Store, bs.Written)
+			b.Run("memory", func(b *testing.B) {
+				for b.Loop() {
+				}
+				ReportMemory(b)
+				if bs.Memory != nil {
+					bs.Memory(b)
+				}
+			})
+		})
+	}
+}
+
 // ReportMemory reports the Go heap in use after a collection and the
 // process's resident set size now and at its peak (VmRSS, VmHWM; Linux
 // only), in MiB.

@@ -1,8 +1,6 @@
 package pebble
 
 import (
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -18,20 +16,15 @@ import (
 //
 //	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 20000x -count 1 .
 func BenchmarkBacklog(b *testing.B) {
-	sizes := storetest.BacklogSizes(b, os.Getenv(storetest.BacklogEnv))
-	if sizes == nil {
-		b.Skipf("set %s to the number of jobs to queue", storetest.BacklogEnv)
-	}
-	for _, n := range sizes {
-		b.Run(fmt.Sprintf("backlog=%d", n), func(b *testing.B) {
-			s, err := Open(b.Context(), Options{Dir: b.TempDir()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			storetest.FillBacklog(b, s, n)
-			settle(b, s)
-			storetest.BenchBacklog(b, s, func() uint64 {
+	storetest.RunBacklog(b, func(b *testing.B) storetest.BacklogStore {
+		s, err := Open(b.Context(), Options{Dir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		return storetest.BacklogStore{Store: s,
+			Filled: func() { settle(b, s) },
+			Written: func() uint64 {
 				if err := s.db.Flush(); err != nil {
 					b.Fatal(err)
 				}
@@ -41,18 +34,14 @@ func BenchmarkBacklog(b *testing.B) {
 					b.Fatal(err)
 				}
 				return tables
-			})
-			b.Run("memory", func(b *testing.B) {
-				for b.Loop() {
-				}
-				storetest.ReportMemory(b)
+			},
+			Memory: func(b *testing.B) {
 				m := s.db.Metrics()
 				b.ReportMetric(float64(m.BlockCache.Size)/(1<<20), "cache-MiB")
 				b.ReportMetric(float64(m.MemTable.Size)/(1<<20), "memtable-MiB")
 				b.ReportMetric(float64(m.DiskSpaceUsage())/(1<<20), "disk-MiB")
-			})
-		})
-	}
+			}}
+	})
 }
 
 // settle waits (up to 10 minutes) until Pebble has run no compaction for

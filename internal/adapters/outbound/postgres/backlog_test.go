@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/aquiferhq/aquifer/internal/storetest"
@@ -16,28 +14,18 @@ import (
 //
 //	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 5000x -count 1 .
 func BenchmarkBacklog(b *testing.B) {
-	sizes := storetest.BacklogSizes(b, os.Getenv(storetest.BacklogEnv))
-	if sizes == nil {
-		b.Skipf("set %s to the number of jobs to queue", storetest.BacklogEnv)
-	}
-	for _, n := range sizes {
-		b.Run(fmt.Sprintf("backlog=%d", n), func(b *testing.B) {
-			s := openStore(b, newSchema(b), "bench:1", quiet)
-			storetest.FillBacklog(b, s, n)
+	storetest.RunBacklog(b, func(b *testing.B) storetest.BacklogStore {
+		s := openStore(b, newSchema(b), "bench:1", quiet)
+		return storetest.BacklogStore{Store: s,
 			// What a freshly loaded table would get from autovacuum soon
 			// enough: statistics for the planner.
-			exec(b, s.opts.Schema, "ANALYZE jobs")
-			storetest.BenchBacklog(b, s, nil)
-			b.Run("memory", func(b *testing.B) {
-				for b.Loop() {
-				}
-				storetest.ReportMemory(b)
+			Filled: func() { exec(b, s.opts.Schema, "ANALYZE jobs") },
+			Memory: func(b *testing.B) {
 				n, err := s.SizeBytes(b.Context())
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(n)/(1<<20), "tables-MiB")
-			})
-		})
-	}
+			}}
+	})
 }

@@ -1,8 +1,6 @@
 package sqlite_test
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -20,29 +18,18 @@ import (
 //
 //	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 5000x -count 1 .
 func BenchmarkBacklog(b *testing.B) {
-	sizes := storetest.BacklogSizes(b, os.Getenv(storetest.BacklogEnv))
-	if sizes == nil {
-		b.Skipf("set %s to the number of jobs to queue", storetest.BacklogEnv)
-	}
-	for _, n := range sizes {
-		b.Run(fmt.Sprintf("backlog=%d", n), func(b *testing.B) {
-			s, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "a.db")})
+	storetest.RunBacklog(b, func(b *testing.B) storetest.BacklogStore {
+		s, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "a.db")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		return storetest.BacklogStore{Store: s, Memory: func(b *testing.B) {
+			size, err := s.SizeBytes(b.Context())
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer s.Close()
-			storetest.FillBacklog(b, s, n)
-			storetest.BenchBacklog(b, s, nil)
-			b.Run("memory", func(b *testing.B) {
-				for b.Loop() {
-				}
-				storetest.ReportMemory(b)
-				size, err := s.SizeBytes(b.Context())
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(size)/(1<<20), "db-MiB")
-			})
-		})
-	}
+			b.ReportMetric(float64(size)/(1<<20), "db-MiB")
+		}}
+	})
 }

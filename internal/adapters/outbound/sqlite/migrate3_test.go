@@ -36,6 +36,21 @@ func writeOldDB(t *testing.T, path, schemaFile string, stmts ...string) {
 	}
 }
 
+// openOldDB writes a database of schema version (v1, v2, ...) from
+// testdata holding rows, opens it (which migrates it), and closes it at
+// the test's end.
+func openOldDB(t *testing.T, version string, rows ...string) *sqlite.Store {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), version+".db")
+	writeOldDB(t, path, "testdata/schema_"+version+".sql", rows...)
+	s, err := sqlite.Open(t.Context(), sqlite.Options{Path: path})
+	if err != nil {
+		t.Fatalf("open %s database: %v", version, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // v2Rows are jobs as the version-2 store wrote them: a tenant's failed job
 // in a tenant queue, a queued pool job, a completed job with a webhook
 // delivered.
@@ -58,13 +73,7 @@ var v2Rows = []string{
 // ones: the columns the filters read were derived for the existing rows.
 func TestMigratesVersion2(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "v2.db")
-	writeOldDB(t, path, "testdata/schema_v2.sql", v2Rows...)
-	s, err := sqlite.Open(t.Context(), sqlite.Options{Path: path})
-	if err != nil {
-		t.Fatalf("open v2 database: %v", err)
-	}
-	defer s.Close()
+	s := openOldDB(t, "v2", v2Rows...)
 	now := time.Now()
 	for _, tc := range []struct {
 		f    domain.JobFilter

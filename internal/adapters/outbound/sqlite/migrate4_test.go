@@ -1,7 +1,6 @@
 package sqlite_test
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -38,13 +37,7 @@ var v3Rows = []string{
 // new jobs, scheduled ones among them, work beside them.
 func TestMigratesVersion3(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "v3.db")
-	writeOldDB(t, path, "testdata/schema_v3.sql", v3Rows...)
-	s, err := sqlite.Open(t.Context(), sqlite.Options{Path: path})
-	if err != nil {
-		t.Fatalf("open v3 database: %v", err)
-	}
-	defer s.Close()
+	s := openOldDB(t, "v3", v3Rows...)
 	ctx, now := t.Context(), time.Now()
 
 	get := func(id domain.JobID) *domain.Job {
@@ -77,15 +70,7 @@ func TestMigratesVersion3(t *testing.T) {
 
 	ready := func(queue domain.QueueKey, p domain.Priority) []int64 {
 		t.Helper()
-		js, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: queue, Priority: p, Limit: 10, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var seqs []int64
-		for _, j := range js {
-			seqs = append(seqs, j.Seq)
-		}
-		return seqs
+		return readySeqs(t, s, queue, p, now)
 	}
 	if got := ready("http://a.test:80", domain.PriorityNormal); !slices.Equal(got, []int64{4}) {
 		t.Fatalf("ready in the upstream's lane after migration: %v, want [4]", got)
@@ -139,4 +124,19 @@ func TestMigratesVersion3(t *testing.T) {
 	if err != nil || retried.ReadySeq <= promoted[0].ReadySeq || retried.Priority != domain.PriorityNormal {
 		t.Fatalf("Retry of a migrated job = %+v, %v", retried, err)
 	}
+}
+
+// readySeqs returns the seqs of the first ten jobs ready in queue at
+// priority p, in order.
+func readySeqs(t *testing.T, s *sqlite.Store, queue domain.QueueKey, p domain.Priority, now time.Time) []int64 {
+	t.Helper()
+	js, err := s.ListReady(t.Context(), &ports.ListReadyParams{Queue: queue, Priority: p, Limit: 10, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, j := range js {
+		seqs = append(seqs, j.Seq)
+	}
+	return seqs
 }

@@ -1,12 +1,10 @@
 package sqlite_test
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/aquiferhq/aquifer/internal/adapters/outbound/sqlite"
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/ports"
 )
@@ -44,13 +42,7 @@ var v4Rows = []string{
 // migrated jobs as the rows say, and keep doing so as they move on.
 func TestMigratesVersion4(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "v4.db")
-	writeOldDB(t, path, "testdata/schema_v4.sql", v4Rows...)
-	s, err := sqlite.Open(t.Context(), sqlite.Options{Path: path})
-	if err != nil {
-		t.Fatalf("open v4 database: %v", err)
-	}
-	defer s.Close()
+	s := openOldDB(t, "v4", v4Rows...)
 	ctx, now := t.Context(), time.Now()
 	counts := func(queued, inFlight, deliveries int) {
 		t.Helper()
@@ -63,15 +55,7 @@ func TestMigratesVersion4(t *testing.T) {
 	counts(3, 1, 1)
 	ready := func(queue domain.QueueKey, p domain.Priority) []int64 {
 		t.Helper()
-		js, err := s.ListReady(ctx, &ports.ListReadyParams{Queue: queue, Priority: p, Limit: 10, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var seqs []int64
-		for _, j := range js {
-			seqs = append(seqs, j.Seq)
-		}
-		return seqs
+		return readySeqs(t, s, queue, p, now)
 	}
 	if got := ready("a.test:80", domain.PriorityNormal); !slices.Equal(got, []int64{1}) {
 		t.Fatalf("ready at normal priority: %v, want [1] (not the one in flight, nor the expired one)", got)
