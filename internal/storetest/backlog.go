@@ -373,11 +373,12 @@ type BacklogStore struct {
 }
 
 // RunBacklog is a store's BenchmarkBacklog: for an empty store and for one
-// holding the backlog BacklogEnv names (it skips when that is unset), each
-// opened afresh by open (which closes it at cleanup), it fills the backlog
-// (FillBacklog), runs BenchBacklog and reports the memory ("memory").
-func RunBacklog(b *testing.B, open func(b *testing.B) BacklogStore) {
-	sizes := BacklogSizes(b, os.Getenv(BacklogEnv))
+// holding the backlog v names (BacklogEnv's value, which the caller's test
+// reads; it skips when v is empty), each opened afresh by open (which
+// closes it at cleanup), it fills the backlog (FillBacklog), runs
+// BenchBacklog and reports the memory ("memory").
+func RunBacklog(b *testing.B, v string, open func(b *testing.B) BacklogStore) {
+	sizes := BacklogSizes(b, v)
 	if sizes == nil {
 		b.Skipf("set %s to the number of jobs to queue", BacklogEnv)
 	}

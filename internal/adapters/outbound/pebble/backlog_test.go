@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 //
 //	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 20000x -count 1 .
 func BenchmarkBacklog(b *testing.B) {
-	storetest.RunBacklog(b, func(b *testing.B) storetest.BacklogStore {
+	storetest.RunBacklog(b, os.Getenv(storetest.BacklogEnv), func(b *testing.B) storetest.BacklogStore {
 		s, err := Open(b.Context(), Options{Dir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"os"
 	"testing"
 
 	"github.com/aquiferhq/aquifer/internal/storetest"
@@ -14,7 +15,7 @@ import (
 //
 //	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 5000x -count 1 .
 func BenchmarkBacklog(b *testing.B) {
-	storetest.RunBacklog(b, func(b *testing.B) storetest.BacklogStore {
+	storetest.RunBacklog(b, os.Getenv(storetest.BacklogEnv), func(b *testing.B) storetest.BacklogStore {
 		s := openStore(b, newSchema(b), "bench:1", quiet)
 		return storetest.BacklogStore{Store: s,
 			// What a freshly loaded table would get from autovacuum soon

@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -18,7 +19,7 @@ import (
 //
 //	AQUIFER_BACKLOG=1000000 go test -run XXX -bench Backlog -benchtime 5000x -count 1 .
 func BenchmarkBacklog(b *testing.B) {
-	storetest.RunBacklog(b, func(b *testing.B) storetest.BacklogStore {
+	storetest.RunBacklog(b, os.Getenv(storetest.BacklogEnv), func(b *testing.B) storetest.BacklogStore {
 		s, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "a.db")})
 		if err != nil {
 			b.Fatal(err)
