@@ -65,6 +65,7 @@ func startDaemonWith(ctx context.Context, o options, rates []upstreamRate, pgSch
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, bin)
+	dieWithBench(cmd)
 	cmd.Dir = dir
 	var schema string
 	storeEnv := []string{"AQUIFER_DATA_DIR=" + filepath.Join(dir, "data")}
@@ -234,8 +235,12 @@ func (d *daemon) resume() { _ = d.cmd.Process.Signal(syscall.SIGCONT) }
 
 // state is the daemon process's state letter in /proc (R, S, T, ...), 0
 // when it cannot be read.
-func (d *daemon) state() byte {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+func (d *daemon) state() byte { return procState(d.cmd.Process.Pid) }
+
+// procState is process pid's state letter in /proc, 0 when it cannot be
+// read (the process is gone, or there is no /proc).
+func procState(pid int) byte {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}

@@ -123,6 +123,7 @@ func startFloor(ctx context.Context, o options, dispatch bool) (*daemon, func() 
 		return nil, nil, err
 	}
 	cmd := exec.CommandContext(ctx, self)
+	dieWithBench(cmd)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=127.0.0.1:%d", envFloorAddr, port), envFloorDir+"="+dir,
 		envFloorSync+"="+o.sync, envFloorDispatch+"="+strconv.FormatBool(dispatch))
 	var logs bytes.Buffer

@@ -156,6 +156,7 @@ func runCeiling(ctx context.Context, o options) ([]result, error) {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, self)
+	dieWithBench(cmd)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("AQUIFER_BENCH_CEILING_ADDR=127.0.0.1:%d", port))
 	if err := cmd.Start(); err != nil {
 		return nil, err
