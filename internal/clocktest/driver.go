@@ -37,11 +37,16 @@ type Driver struct {
 	Quiet time.Duration
 	// Busy, when set, reports work in flight the clock cannot see.
 	Busy func() bool
+
+	// Real time and the process's idleness, as settle reads them
+	// (time.Now and processIdle; tests of the driver replace them).
+	now  func() time.Time
+	idle func() bool
 }
 
 // NewDriver returns a driver for c that fails tb.
 func NewDriver(tb TB, c *Clock) *Driver {
-	return &Driver{tb: tb, c: c, Deadline: 10 * time.Second, Quiet: 100 * time.Millisecond}
+	return &Driver{tb: tb, c: c, Deadline: 10 * time.Second, Quiet: 100 * time.Millisecond, now: time.Now, idle: processIdle}
 }
 
 // Clock is the clock the driver moves.
@@ -50,7 +55,7 @@ func (d *Driver) Clock() *Clock { return d.c }
 // Settle waits until the system is quiescent, without moving the clock.
 func (d *Driver) Settle() {
 	d.tb.Helper()
-	d.settle("the system to settle", time.Now().Add(d.Deadline))
+	d.settle("the system to settle", d.now().Add(d.Deadline))
 }
 
 // Until moves the clock, one armed timer at a time, until cond holds. cond
@@ -58,7 +63,7 @@ func (d *Driver) Settle() {
 // holds, the clock stays where it is.
 func (d *Driver) Until(what string, cond func() bool) {
 	d.tb.Helper()
-	deadline := time.Now().Add(d.Deadline)
+	deadline := d.now().Add(d.Deadline)
 	for !cond() {
 		d.settle(what, deadline)
 		if cond() {
@@ -85,7 +90,7 @@ func (d *Driver) For(dur time.Duration) {
 func (d *Driver) To(at time.Time) {
 	d.tb.Helper()
 	what := fmt.Sprintf("the clock to reach %s", d.offset(at))
-	deadline := time.Now().Add(d.Deadline)
+	deadline := d.now().Add(d.Deadline)
 	for {
 		d.settle(what, deadline)
 		next, ok := d.c.Next()
@@ -109,17 +114,23 @@ const (
 // settle waits until the clock's work is quiescent: nothing counted as
 // running, and the clock unused for three looks in a row that find the
 // whole process idle, or for Quiet while it is not.
+//
+// Quiet counts only time the driver saw pass: a gap of more than Quiet/2
+// between two of its looks (normally a poll apart) means the OS did not run
+// the process, and a goroutine that was about to use the clock may not have
+// had its turn either, so the quiet window starts again.
 func (d *Driver) settle(what string, deadline time.Time) {
 	d.tb.Helper()
 	last := d.c.state()
-	used, quietSince, quietPolls, idlePolls := time.Now(), time.Now(), 0, 0
+	start := d.now()
+	used, quietSince, lastLook, quietPolls, idlePolls := start, start, start, 0, 0
 	wait := time.NewTimer(poll)
 	defer wait.Stop()
 	// pause lets the goroutines at work run before the next look: a yield
 	// just after the clock was used, else a wait for its next use (or
 	// poll).
 	pause := func() {
-		if time.Since(used) < spinFor {
+		if d.now().Sub(used) < spinFor {
 			runtime.Gosched()
 			return
 		}
@@ -131,10 +142,14 @@ func (d *Driver) settle(what string, deadline time.Time) {
 	}
 	pause()
 	for {
-		now := time.Now()
+		now := d.now()
 		if now.After(deadline) {
 			d.fail(what)
 		}
+		if now.Sub(lastLook) > d.Quiet/2 {
+			quietSince, quietPolls = now, 0
+		}
+		lastLook = now
 		s := d.c.state()
 		if s.activity != last.activity {
 			used = now
@@ -145,7 +160,7 @@ func (d *Driver) settle(what string, deadline time.Time) {
 			continue
 		}
 		quietPolls++
-		if processIdle() {
+		if d.idle() {
 			// Nothing else runs. Three looks in a row (one can catch a
 			// goroutine between two states), a yield apart: nothing of
 			// ours is about to.
@@ -167,7 +182,7 @@ func (d *Driver) settle(what string, deadline time.Time) {
 func (d *Driver) wait(what string, deadline time.Time) {
 	d.tb.Helper()
 	time.Sleep(time.Millisecond)
-	if time.Now().After(deadline) {
+	if d.now().After(deadline) {
 		d.fail(what)
 	}
 }
