@@ -74,7 +74,12 @@ type Op struct {
 	// caller's goroutine, for its commit; nil without an Encode.
 	Encoded any
 
-	done chan Result // nil: nobody waits for the result (Send)
+	// done is closed once result is set: nil when nobody waits for the
+	// result (Send). A channel of Result would cost the waiter two
+	// allocations per op (the channel and, as Result holds pointers, its
+	// buffer); an empty channel is one.
+	done   chan struct{}
+	result Result
 }
 
 // Found names the jobs a read found for an op to act on. Each engine names
@@ -105,10 +110,13 @@ type Result struct {
 // Await makes o an op whose result is awaited, for code that commits a
 // group itself rather than through Submit (tests); Result then returns it
 // once Answer has run.
-func (o *Op) Await() { o.done = make(chan Result, 1) }
+func (o *Op) Await() { o.done = make(chan struct{}) }
 
 // Result waits for the result of an op made with Await.
-func (o *Op) Result() Result { return <-o.done }
+func (o *Op) Result() Result {
+	<-o.done
+	return o.result
+}
 
 // Answer tells each caller waiting in group its result: err for every op if
 // the group failed, otherwise its own.
@@ -118,10 +126,11 @@ func Answer(group []*Op, results []Result, err error) {
 			continue
 		}
 		if err != nil {
-			o.done <- Result{Err: err}
+			o.result = Result{Err: err}
 		} else {
-			o.done <- results[i]
+			o.result = results[i]
 		}
+		close(o.done) // the waiter reads result after this
 	}
 }
 
