@@ -167,10 +167,13 @@ func dsn(path string, sync Sync, readOnly bool) string {
 	// writer's working set is the right edge of the table and its indexes
 	// plus the head of each lane, a few hundred pages even at a million
 	// queued jobs, and a page it lacks is one pread from the OS page cache.
-	// A larger cache costs it CPU at every commit: SQLite then truncates
-	// its page cache by walking the whole hash table of cached pages (a
-	// 32 MiB writer cache spent 2.8 % of the daemon's CPU there under the
-	// e2e bench).
+	// A larger cache costs it CPU at commits: when a B-tree rebalance
+	// renumbers pages, SQLite parks one under the lock-byte page's number
+	// (page 262,145 with 4 KiB pages) for a moment, the page cache's
+	// highest key stays there, and the commit's truncation of the cache
+	// above the database's size then walks every cached page (a 32 MiB
+	// writer cache spent 2.8 % of the daemon's CPU there under the e2e
+	// bench, 8 MiB about 1 %; docs/BENCHMARKS.md, a thirteenth look).
 	b.WriteString("&_pragma=cache_size(-8192)")
 	if readOnly {
 		b.WriteString("&_pragma=query_only(1)")

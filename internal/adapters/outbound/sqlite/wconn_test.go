@@ -149,9 +149,10 @@ func TestWconnScan(t *testing.T) {
 }
 
 // TestWriterPageCacheStaysSmall holds the writer's page cache to 8 MiB:
-// SQLite truncates a connection's page cache at every commit, and with a
-// large cache that walks the whole hash table of cached pages (2.8 % of
-// the daemon's CPU under the e2e bench at 32 MiB). A bigger cache for the
+// after a commit that rebalanced a B-tree, SQLite's truncation of the page
+// cache walks every cached page (the rebalance parked a page under the
+// lock-byte page's number, far above the database's size), which cost 2.8 %
+// of the daemon's CPU under the e2e bench at 32 MiB. A bigger cache for the
 // writer needs a profile showing it pays (docs/BENCHMARKS.md, issue 21).
 func TestWriterPageCacheStaysSmall(t *testing.T) {
 	for _, readOnly := range []bool{false, true} {
