@@ -25,7 +25,9 @@
 //
 // Every rate comes with the server's CPU time, heap allocations and GC
 // cycles per job (metrics.go); when the ceiling ran too, issue 21's targets
-// follow the table (targets.go).
+// follow the table (targets.go). -rounds N runs those scenarios N times in
+// turn and ends with each ratio's median and range over the rounds
+// (rounds.go).
 package main
 
 import (
@@ -34,6 +36,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -85,6 +88,9 @@ type options struct {
 	scaleCSV      string
 	scaleSettle   time.Duration
 	scaleRef      bool
+
+	// rounds repeats the core scenarios in turn (rounds.go).
+	rounds int
 }
 
 func main() {
@@ -150,6 +156,8 @@ func main() {
 		"scale scenario: judge each step against a fresh daemon with an empty store, measured just before and after each of the step's measurements while the step's daemon is paused (false: against the store's first step)")
 	flag.DurationVar(&o.scaleSettle, "scale-settle", 3*time.Minute,
 		"scale scenario: after each fill, wait at most this long for the daemon to stay under a tenth of a core for 2 s (the store's compactions of the fill)")
+	flag.IntVar(&o.rounds, "rounds", 1,
+		"run the scenarios this many times in turn, then print the median and range of each issue 21 ratio over the rounds (ceiling, ingest, e2e, floor, backlog and listing only)")
 	flag.Parse()
 	var err error
 	o.pacingRates, err = parseRates(pacingRates)
@@ -171,8 +179,16 @@ func main() {
 			o.scenarios = append(o.scenarios, s)
 		}
 	}
+	if err := checkRounds(o.rounds, o.scenarios); err != nil {
+		fmt.Fprintln(os.Stderr, "aquifer-bench:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	run := run
+	if o.rounds > 1 {
+		run = runRounds
+	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "aquifer-bench:", err)
 		os.Exit(1)
@@ -232,26 +248,19 @@ func run(ctx context.Context, o options) error {
 			cluster = r
 			continue
 		}
-		if s == "ceiling" || s == "floor" { // the same for every store: once
-			run := runCeiling
-			if s == "floor" {
-				run = runFloor
-			}
-			r, err := run(ctx, o)
+		if slices.Contains(roundScenarios, s) { // rows of the main table (rounds.go)
+			r, err := runCore(ctx, o, s, stores)
+			results = append(results, r...)
 			if err != nil {
 				report()
-				return fmt.Errorf("%s: %w", s, err)
+				return err
 			}
-			results = append(results, r...)
 			continue
 		}
 		for _, store := range stores {
 			o := o
 			o.store = strings.TrimSpace(store)
-			var (
-				r   []result
-				err error
-			)
+			var err error
 			switch s {
 			case "pacing":
 				paced, err = runPacing(ctx, o)
@@ -261,14 +270,6 @@ func run(ctx context.Context, o options) error {
 				budget, err = runBudget(ctx, o)
 			case "adaptive":
 				adaptive, err = runAdaptive(ctx, o)
-			case "ingest":
-				r, err = runIngest(ctx, o)
-			case "e2e":
-				r, err = runE2E(ctx, o)
-			case "backlog":
-				r, err = runBacklog(ctx, o)
-			case "listing":
-				r, err = runListing(ctx, o)
 			case "scale":
 				var rows []scaleRow
 				rows, err = runScale(ctx, o)
@@ -296,12 +297,6 @@ func run(ctx context.Context, o options) error {
 				report()
 				return fmt.Errorf("%s on %s: %w", s, o.store, err)
 			}
-			if len(stores) > 1 {
-				for i := range r {
-					r[i].scenario = o.store + ": " + r[i].scenario
-				}
-			}
-			results = append(results, r...)
 		}
 	}
 	report()
