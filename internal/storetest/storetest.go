@@ -4,6 +4,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		{"DeleteFreesKey", testDeleteFreesKey},
 		{"MarkInFlightAndRequeue", testMarkInFlightAndRequeue},
 		{"FinishWithDelivery", testFinishWithDelivery},
+		{"LargeBodiesRoundTrip", testLargeBodies},
 		{"FinishWithoutWebhook", testFinishWithoutWebhook},
 		{"FinishUnknown", testFinishUnknown},
 		{"ListReadyIsCommitOrderedPaging", testListReady},
@@ -275,6 +277,67 @@ func ready(t *testing.T, s ports.JobStore, lane string) []*domain.Job {
 		t.Fatalf("ListReady(%s): %v", lane, err)
 	}
 	return jobs
+}
+
+// testLargeBodies: request and response bodies of many KiB (which a store
+// may keep apart from the job's row) come back whole from Get and from the
+// lanes, through a delivery, a failed delivery attempt and a finish that
+// did not apply; small ones beside them too.
+func testLargeBodies(t *testing.T, s ports.JobStore) {
+	big := func(n int, c byte) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = c + byte(i%7)
+		}
+		return b
+	}
+	reqBody, respBody := big(70<<10, 'a'), big(9<<10, 'k')
+	j := NewJob("u", "large", "a.test:80")
+	j.Body = reqBody
+	j = mustInsert(t, s, j)
+	small := mustInsert(t, s, NewJob("u", "small", "a.test:80"))
+	if got := mustGet(t, s, j.ID); !bytes.Equal(got.Body, reqBody) {
+		t.Fatalf("Get: request body of %d bytes, want %d", len(got.Body), len(reqBody))
+	}
+	r := ready(t, s, "a.test:80")
+	if len(r) != 2 || !bytes.Equal(r[0].Body, reqBody) || string(r[1].Body) != `{"n":1}` {
+		t.Fatalf("lane holds %d jobs; want the large one whole, then the small one", len(r))
+	}
+	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusCompleted, Attempts: 1,
+		Result: &domain.Result{ResponseStatus: 200, Body: respBody}, Now: time.Now(), DeliverIn: "hooks.test:80"}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	// A finish that does not apply (the job is no longer queued) leaves the
+	// stored response alone.
+	if _, err := s.Finish(ctx(t), &ports.FinishParams{ID: j.ID, Status: domain.StatusFailed, Attempts: 2,
+		Result: &domain.Result{ResponseStatus: 500, Body: big(5<<10, 'z')}, Now: time.Now(), DeliverIn: "hooks.test:80"}); err != nil {
+		t.Fatalf("second Finish: %v", err)
+	}
+	if err := s.Requeue(ctx(t), &ports.RequeueParams{ID: j.ID, Seq: j.Seq, Phase: domain.PhaseDeliver, Attempts: 1,
+		Response: 502, Reason: "receiver returned 502", Now: time.Now()}); err != nil {
+		t.Fatalf("Requeue(delivery): %v", err)
+	}
+	r = ready(t, s, "hooks.test:80")
+	if len(r) != 1 || r[0].Result == nil || !bytes.Equal(r[0].Result.Body, respBody) || !bytes.Equal(r[0].Body, reqBody) {
+		t.Fatalf("receiver lane = %d jobs; want the job with both bodies whole", len(r))
+	}
+	if err := s.FinishDelivery(ctx(t), &ports.FinishDeliveryParams{ID: j.ID, Seq: j.Seq, Delivered: true, Attempts: 2,
+		Response: 204, Now: time.Now()}); err != nil {
+		t.Fatalf("FinishDelivery: %v", err)
+	}
+	got := mustGet(t, s, j.ID)
+	if !bytes.Equal(got.Body, reqBody) || got.Result == nil || got.Result.ResponseStatus != 200 || !bytes.Equal(got.Result.Body, respBody) {
+		t.Fatalf("after delivery: request %d bytes, result %+v; want both bodies whole", len(got.Body), got.Result != nil)
+	}
+	if got := mustGet(t, s, small.ID); string(got.Body) != `{"n":1}` {
+		t.Fatalf("small job's body = %q", got.Body)
+	}
+	if err := s.Delete(ctx(t), j.ID); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := s.Get(ctx(t), j.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
+	}
 }
 
 func testFinishWithDelivery(t *testing.T, s ports.JobStore) {

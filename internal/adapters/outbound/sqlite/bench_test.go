@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -48,23 +49,52 @@ func BenchmarkInsertParallel(b *testing.B) {
 
 // BenchmarkLifecycle runs the store side of one job with a webhook: insert,
 // finish (the delivery becomes due), finish the delivery.
-func BenchmarkLifecycle(b *testing.B) {
+func BenchmarkLifecycle(b *testing.B) { benchLifecycle(b, nil) }
+
+// BenchmarkLifecycleBodies is BenchmarkLifecycle with request and response
+// bodies of each size: WAL pages per lifecycle against the bodies' own
+// pages (bodypages) show what a store writes beyond them. A body of
+// sideBodyMin bytes or more is written once, apart from its row; kept in
+// the row it was written again by the finish and by the delivery's finish
+// (docs/BENCHMARKS.md, a thirteenth look).
+func BenchmarkLifecycleBodies(b *testing.B) {
+	for _, size := range []int{64, 1 << 10, 16 << 10, 64 << 10} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			benchLifecycle(b, bytes.Repeat([]byte("x"), size))
+			b.ReportMetric(float64(2*size)/4096, "bodypages")
+		})
+	}
+}
+
+// benchLifecycle inserts, finishes with a delivery due and ends the
+// delivery of b.N jobs from 32 goroutines per CPU. body, when not nil, is
+// both the request's body and the response's; nil keeps storetest.NewJob's
+// request and a small JSON response.
+func benchLifecycle(b *testing.B, body []byte) {
 	s, err := sqlite.Open(b.Context(), sqlite.Options{Path: filepath.Join(b.TempDir(), "a.db")})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	response := []byte(`{"ok":true}`)
+	if body != nil {
+		response = body
+	}
 	var n atomic.Int64
 	b.SetParallelism(32)
 	before := s.Stats()
 	cpu := startCPU(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			j, _, err := s.Insert(b.Context(), storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80"))
+			j := storetest.NewJob("bench", fmt.Sprint(n.Add(1)), "a.test:80")
+			if body != nil {
+				j.Body = body
+			}
+			j, _, err := s.Insert(b.Context(), j)
 			if err != nil {
 				b.Fatal(err)
 			}
-			res := &domain.Result{ResponseStatus: 200, Body: []byte(`{"ok":true}`)}
+			res := &domain.Result{ResponseStatus: 200, Body: response}
 			if _, err := s.Finish(b.Context(), &ports.FinishParams{ID: j.ID, Seq: j.Seq, Status: domain.StatusCompleted, Attempts: 1,
 				Result: res, Now: time.Now(), DeliverIn: "hooks.test:80"}); err != nil {
 				b.Fatal(err)

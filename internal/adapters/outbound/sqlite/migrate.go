@@ -15,7 +15,7 @@ import (
 var schema string
 
 // schemaVersion is the PRAGMA user_version schema.sql sets.
-const schemaVersion = 5
+const schemaVersion = 6
 
 // migrations[v] upgrades a version-v database to v+1 inside tx, the
 // transaction of that one step, and sets the new user_version.
@@ -24,6 +24,7 @@ var migrations = map[int]func(ctx context.Context, tx *sql.Tx) error{
 	2: migrateTo3,
 	3: execStep(version4),
 	4: execStep(version5),
+	5: execStep(version6),
 }
 
 func execStep(ddl string) func(context.Context, *sql.Tx) error {
@@ -98,6 +99,21 @@ const version5 = `
 DROP INDEX jobs_ready;
 CREATE INDEX jobs_ready ON jobs (ready_lane, priority, ready_seq, status, expires_at) WHERE ready_lane != '';
 PRAGMA user_version = 5;
+`
+
+// version6 keeps large bodies apart from their rows (job_bodies). Existing
+// rows keep theirs inline (apart = 0), so nothing is copied; new jobs and
+// new results put a body of sideBodyMin bytes or more apart.
+const version6 = `
+ALTER TABLE jobs ADD COLUMN apart INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE job_bodies (
+    key  INTEGER PRIMARY KEY,
+    data BLOB    NOT NULL
+);
+CREATE TRIGGER job_bodies_follow AFTER DELETE ON jobs WHEN old.apart != 0 BEGIN
+    DELETE FROM job_bodies WHERE key BETWEEN old.seq * 2 AND old.seq * 2 + 1;
+END;
+PRAGMA user_version = 6;
 `
 
 // migrateTo3 adds the attempt history, the columns the operator's filters

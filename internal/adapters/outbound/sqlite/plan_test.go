@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,43 +57,44 @@ func TestQueryPlans(t *testing.T) {
 		list, count string
 	}{
 		{"newest", domain.JobFilter{}, 0,
-			"SCAN jobs",
+			"SCAN jobs" + bodyLookups("", 1),
 			"SCAN jobs USING COVERING INDEX jobs_status"},
 		{"status=failed", domain.JobFilter{Statuses: failed}, 0,
-			"SEARCH jobs USING INDEX jobs_status (status=?)",
+			"SEARCH jobs USING INDEX jobs_status (status=?)" + bodyLookups("", 1),
 			"SCAN jobs USING COVERING INDEX jobs_status"},
 		{"status=failed, next page", domain.JobFilter{Statuses: failed}, 1000,
-			"SEARCH jobs USING INDEX jobs_status (status=? AND seq<?)",
+			"SEARCH jobs USING INDEX jobs_status (status=? AND seq<?)" + bodyLookups("", 1),
 			"SCAN jobs USING COVERING INDEX jobs_status"},
 		{"status=queued&status=in_flight", domain.JobFilter{Statuses: []domain.Status{domain.StatusQueued, domain.StatusInFlight}}, 0,
-			"MERGE (UNION ALL)\n  LEFT\n    SEARCH jobs USING INDEX jobs_status (status=?)\n  RIGHT\n    SEARCH jobs USING INDEX jobs_status (status=?)",
+			"MERGE (UNION ALL)\n  LEFT\n    SEARCH jobs USING INDEX jobs_status (status=?)" + bodyLookups("    ", 1) +
+				"\n  RIGHT\n    SEARCH jobs USING INDEX jobs_status (status=?)" + bodyLookups("    ", 4),
 			"SCAN jobs USING COVERING INDEX jobs_status"},
 		{"destination", domain.JobFilter{Destination: "https://api.test:443"}, 0,
-			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)",
+			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)" + bodyLookups("", 1),
 			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)\nUSE TEMP B-TREE FOR GROUP BY"},
 		{"destination&status=failed", domain.JobFilter{Destination: "https://api.test:443", Statuses: failed}, 0,
-			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)",
+			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)" + bodyLookups("", 1),
 			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)\nUSE TEMP B-TREE FOR GROUP BY"},
 		{"user_id", domain.JobFilter{UserID: "alice"}, 0,
-			"SEARCH jobs USING INDEX jobs_user (user_id=?)",
+			"SEARCH jobs USING INDEX jobs_user (user_id=?)" + bodyLookups("", 1),
 			"SEARCH jobs USING INDEX jobs_user (user_id=?)\nUSE TEMP B-TREE FOR GROUP BY"},
 		{"tenant", domain.JobFilter{Tenant: "acme"}, 0,
-			"SEARCH jobs USING INDEX jobs_tenant (tenant=?)",
+			"SEARCH jobs USING INDEX jobs_tenant (tenant=?)" + bodyLookups("", 1),
 			"SEARCH jobs USING INDEX jobs_tenant (tenant=?)\nUSE TEMP B-TREE FOR GROUP BY"},
 		{"tenant&status=failed", domain.JobFilter{Tenant: "acme", Statuses: failed}, 0,
-			"SEARCH jobs USING INDEX jobs_tenant (tenant=?)",
+			"SEARCH jobs USING INDEX jobs_tenant (tenant=?)" + bodyLookups("", 1),
 			"SEARCH jobs USING INDEX jobs_tenant (tenant=?)\nUSE TEMP B-TREE FOR GROUP BY"},
 		{"tenant&user_id", domain.JobFilter{Tenant: "acme", UserID: domain.Scope("acme", "alice")}, 0,
-			"SEARCH jobs USING INDEX jobs_user (user_id=?)",
+			"SEARCH jobs USING INDEX jobs_user (user_id=?)" + bodyLookups("", 1),
 			"SEARCH jobs USING INDEX jobs_user (user_id=?)\nUSE TEMP B-TREE FOR GROUP BY"},
 		{"response_status", domain.JobFilter{ResponseStatus: 503}, 0,
-			"SCAN jobs",
+			"SCAN jobs" + bodyLookups("", 1),
 			"SCAN jobs\nUSE TEMP B-TREE FOR GROUP BY"},
 		{"destination&response_status", domain.JobFilter{Destination: "https://api.test:443", ResponseStatus: 503}, 0,
-			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)",
+			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)" + bodyLookups("", 1),
 			"SEARCH jobs USING INDEX jobs_upstream (upstream=?)\nUSE TEMP B-TREE FOR GROUP BY"},
 		{"q", domain.JobFilter{Q: "chat"}, 0,
-			"SCAN jobs",
+			"SCAN jobs" + bodyLookups("", 1),
 			"SCAN jobs\nUSE TEMP B-TREE FOR GROUP BY"},
 	} {
 		q, args := listQuery(&ports.ListJobsParams{Filter: tc.filter, BeforeSeq: tc.before, Limit: 100, Now: now})
@@ -112,14 +114,14 @@ func TestQueryPlans(t *testing.T) {
 		args    []any
 		want    string
 	}{
-		{"ListReady", listReadySQL, []any{"a.test:80", 0, 1, 1, 100}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND priority=? AND ready_seq>?)"},
+		{"ListReady", listReadySQL, []any{"a.test:80", 0, 1, 1, 100}, "SEARCH jobs USING INDEX jobs_ready (ready_lane=? AND priority=? AND ready_seq>?)" + bodyLookups("", 1)},
 		{"Position", positionSQL, []any{"a.test:80", 1, 1}, "SEARCH jobs USING COVERING INDEX jobs_ready (ready_lane=? AND priority=? AND ready_seq<?)"},
 		{"Counts", countsSQL, []any{1},
 			"SCAN jobs USING COVERING INDEX jobs_ready\nSCALAR SUBQUERY 1\n  SEARCH jobs USING INDEX jobs_scheduled (not_before>?)"},
 		{"ReadyQueues", readyQueuesSQL, nil, "SCAN jobs USING COVERING INDEX jobs_ready"},
 		{"NextDue", nextDueSQL, nil, "SEARCH jobs USING INDEX jobs_scheduled (not_before>?)"},
-		{"PromoteDue", promoteSQL, []any{1, 100}, "SEARCH jobs USING INDEX jobs_scheduled (not_before>? AND not_before<?)"},
-		{"Overdue", overdueSQL, []any{1, 1, 100}, "SEARCH jobs USING INDEX jobs_deadline (deadline>? AND deadline<?)"},
+		{"PromoteDue", promoteSQL, []any{1, 100}, "SEARCH jobs USING INDEX jobs_scheduled (not_before>? AND not_before<?)" + bodyLookups("", 1)},
+		{"Overdue", overdueSQL, []any{1, 1, 100}, "SEARCH jobs USING INDEX jobs_deadline (deadline>? AND deadline<?)" + bodyLookups("", 1)},
 		{"CountUnfinished", countUnfinishedSQL, []any{"acme\x1f", "acme\x20", 1}, "SEARCH jobs USING INDEX jobs_user (user_id>? AND user_id<?)"},
 	} {
 		got := queryPlan(t, s, tc.q, tc.args)
@@ -133,6 +135,17 @@ func TestQueryPlans(t *testing.T) {
 	if purge != "SCAN jobs USING COVERING INDEX jobs_status" {
 		t.Errorf("purge plan\n%s\nwant a scan of jobs_status alone", purge)
 	}
+}
+
+// bodyLookups is what jobColumns adds to a plan that reads whole jobs, at
+// the given indent: one lookup in job_bodies by key per body, which runs
+// only for a row that keeps that body apart.
+func bodyLookups(indent string, first int) string {
+	var b strings.Builder
+	for i := range 2 {
+		fmt.Fprintf(&b, "\n%sCORRELATED SCALAR SUBQUERY %d\n%s  SEARCH job_bodies USING INTEGER PRIMARY KEY (rowid=?)", indent, first+i, indent)
+	}
+	return b.String()
 }
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }

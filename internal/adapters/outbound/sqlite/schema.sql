@@ -1,4 +1,4 @@
--- Aquifer job store schema (SQLite), version 5. Applied at open when the
+-- Aquifer job store schema (SQLite), version 6. Applied at open when the
 -- database is new; older versions are migrated step by step (migrations in
 -- migrate.go), and a migrated database ends up with exactly this schema
 -- (migrate_test.go checks it). doc.go explains the indexes and shows the
@@ -61,8 +61,26 @@ CREATE TABLE IF NOT EXISTS jobs (
     not_before            INTEGER NOT NULL DEFAULT 0,
     deadline              INTEGER NOT NULL DEFAULT 0,
     priority              INTEGER NOT NULL DEFAULT 0,
-    options               TEXT    NOT NULL DEFAULT ''
+    options               TEXT    NOT NULL DEFAULT '',
+    -- Which bodies live in job_bodies instead of body and response_body
+    -- (bits: 1 the request's, 2 the response's, 4 job_bodies may hold a
+    -- row of this job; 0 for most jobs).
+    apart                 INTEGER NOT NULL DEFAULT 0
 );
+
+-- Request and response bodies of at least 256 bytes (sideBodyMin), each
+-- written once, under key = seq * 2 (the request's) or seq * 2 + 1 (the
+-- response's). SQLite rewrites a whole row at every UPDATE, and a row that
+-- grows or shrinks takes its overflow pages with it: a body kept in the
+-- row was written again at every status change. The trigger deletes a
+-- job's bodies with the job, however it is deleted.
+CREATE TABLE IF NOT EXISTS job_bodies (
+    key  INTEGER PRIMARY KEY,
+    data BLOB    NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS job_bodies_follow AFTER DELETE ON jobs WHEN old.apart != 0 BEGIN
+    DELETE FROM job_bodies WHERE key BETWEEN old.seq * 2 AND old.seq * 2 + 1;
+END;
 
 -- Idempotency: a real unique index on the two key columns, not a hash of
 -- their concatenation (which can collide across users).
@@ -128,4 +146,4 @@ CREATE TABLE IF NOT EXISTS lane_pauses (
     reason   TEXT    NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;

@@ -34,9 +34,9 @@ func (r rowStmt) exec(ctx context.Context, w *wconn, seq int64, id domain.JobID,
 }
 
 type writeStmts struct {
-	insert, selectByKey, deleteBySeq, deleteByID, purge, deleteFinished, resetStale, statusOf *wstmt
-	markInFlight, requeue, requeueDelivery, finish, finishDelivery                            rowStmt
-	recover, probe                                                                            *wstmt
+	insert, putBody, selectByKey, deleteBySeq, deleteByID, purge, deleteFinished, resetStale, statusOf, seqOf *wstmt
+	markInFlight, requeue, requeueDelivery, finish, finishDelivery                                            rowStmt
+	recover, probe                                                                                            *wstmt
 
 	// PromoteDue's: the due scheduled jobs, and making one ready.
 	selectDue, promote *wstmt
@@ -66,13 +66,15 @@ func (w *writeStmts) prepare(ctx context.Context, wc *wconn) error {
 	}
 	w.insert = p(`INSERT INTO jobs (seq, id, user_id, idempotent_key, url, pool_id, method, headers, body,
 		webhook_url, lane, status, attempts, created_at, updated_at, expires_at, ready_lane, ready_seq,
-		history, upstream, tenant, url_path, not_before, deadline, priority, options)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		history, upstream, tenant, url_path, not_before, deadline, priority, options, apart)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (user_id, idempotent_key) DO NOTHING`)
+	w.putBody = p("INSERT OR REPLACE INTO job_bodies (key, data) VALUES (?, ?)")
 	w.selectByKey = p("SELECT " + jobColumns + " FROM jobs WHERE user_id = ? AND idempotent_key = ?")
 	w.deleteBySeq = p("DELETE FROM jobs WHERE seq = ?")
 	w.deleteByID = p("DELETE FROM jobs WHERE id = ?")
 	w.statusOf = p("SELECT status FROM jobs WHERE id = ?")
+	w.seqOf = p("SELECT seq FROM jobs WHERE id = ?")
 	w.purge = p("DELETE FROM jobs WHERE seq = ? AND expires_at <= ?")
 	w.deleteFinished = p("DELETE FROM jobs WHERE seq = ? AND status IN ('completed', 'failed') AND ready_lane = ''")
 	w.resetStale = p(`UPDATE jobs SET status = 'queued', updated_at = ?, expires_at = ?
@@ -84,7 +86,7 @@ func (w *writeStmts) prepare(ctx context.Context, wc *wconn) error {
 	w.requeueDelivery = row(`UPDATE jobs SET delivery_attempts = ?, deferrals = ?, delivery_response = ?, delivery_reason = ?,
 		updated_at = ? WHERE delivery_status = 'pending'`)
 	w.finish = row(`UPDATE jobs SET status = ?, attempts = ?, updated_at = ?, expires_at = ?, response_status = ?,
-		response_body = ?, response_truncated = ?, response_content_type = ?, reason = ?,
+		response_body = ?, apart = (apart & 5) | ?, response_truncated = ?, response_content_type = ?, reason = ?,
 		ready_lane = ?, ready_seq = ?, delivery_status = ?, deferrals = 0, history = coalesce(?, history)
 		WHERE status IN ('queued', 'in_flight')`)
 	w.finishDelivery = row(`UPDATE jobs SET delivery_status = ?, delivery_attempts = ?, delivery_response = ?,
@@ -305,15 +307,24 @@ func (s *Store) insert(ctx context.Context, w *wconn, j *domain.Job, e *encodedJ
 		if j.ReadyQueue == "" {
 			readySeq = 0
 		}
+		body, apart := nullBytes(j.Body), 0
+		if len(j.Body) >= sideBodyMin {
+			body, apart = nil, apartRequest|apartRows
+		}
 		n, err := w.exec(ctx, s.stmts.insert,
-			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, e.headers, nullBytes(j.Body),
+			seq, string(j.ID), j.UserID, j.IdempotentKey, j.URL, j.PoolID, j.Method, e.headers, body,
 			j.WebhookURL, string(j.Queue), string(j.Status), j.Attempts, storekit.Millis(j.CreatedAt), storekit.Millis(j.UpdatedAt),
 			storekit.Millis(j.ExpiresAt), string(j.ReadyQueue), readySeq, e.history, e.upstream, e.tenant, e.urlPath,
-			storekit.Millis(j.NotBefore), storekit.Millis(j.Deadline), int(priority), e.options)
+			storekit.Millis(j.NotBefore), storekit.Millis(j.Deadline), int(priority), e.options, apart)
 		if err != nil {
 			return nil, false, fmt.Errorf("insert job: %w", err)
 		}
 		if n == 1 {
+			if apart != 0 {
+				if _, err := w.exec(ctx, s.stmts.putBody, bodyKey(seq, false), j.Body); err != nil {
+					return nil, false, fmt.Errorf("insert job body: %w", err)
+				}
+			}
 			s.seq = seq
 			stored := *j // shallow: the caller does not mutate a job after handing it over
 			stored.Seq, stored.ReadySeq, stored.Priority = seq, readySeq, priority
@@ -367,19 +378,44 @@ func (s *Store) promoteDue(ctx context.Context, w *wconn, now time.Time, limit i
 // makes its delivery due in p.DeliverIn with a fresh ready_seq. A job that is
 // already terminal is left alone (no second delivery). history is
 // historyArg of p.History (encode).
+// putResponseBody writes a finished job's response body apart, under the
+// job's seq, which the caller may not know (p.Seq 0): then it is read from
+// the row the finish just changed.
+func (s *Store) putResponseBody(ctx context.Context, w *wconn, p *ports.FinishParams, body []byte) error {
+	seq := p.Seq
+	if seq <= 0 {
+		if err := w.queryRow(ctx, s.stmts.seqOf, string(p.ID)).Scan(&seq); err != nil {
+			return fmt.Errorf("finish job: find its row: %w", err)
+		}
+	}
+	if _, err := w.exec(ctx, s.stmts.putBody, bodyKey(seq, true), body); err != nil {
+		return fmt.Errorf("finish job: response body: %w", err)
+	}
+	return nil
+}
+
 func (s *Store) applyFinish(ctx context.Context, w *wconn, p *ports.FinishParams, history any) (storekit.Result, error) {
 	r := p.Result
 	if r == nil {
 		r = &domain.Result{}
 	}
 	readySeq, delivery, expiresAt := s.deliveryDue(p.DeliverIn, p.Now, domain.RetentionTTL(p.Status, p.Retention))
+	body, apart := nullBytes(r.Body), 0
+	if len(r.Body) >= sideBodyMin {
+		body, apart = nil, apartResponse|apartRows
+	}
 	n, err := s.stmts.finish.exec(ctx, w, p.Seq, p.ID,
-		string(p.Status), p.Attempts, storekit.Millis(p.Now), storekit.Millis(expiresAt), r.ResponseStatus, nullBytes(r.Body),
+		string(p.Status), p.Attempts, storekit.Millis(p.Now), storekit.Millis(expiresAt), r.ResponseStatus, body, apart,
 		boolInt(r.BodyTruncated), r.ContentType, r.Reason, string(p.DeliverIn), readySeq, delivery, history)
 	if err != nil {
 		return storekit.Result{}, fmt.Errorf("finish job: %w", err)
 	}
 	if n == 1 {
+		if apart != 0 {
+			if err := s.putResponseBody(ctx, w, p, r.Body); err != nil {
+				return storekit.Result{}, err
+			}
+		}
 		s.seq = max(s.seq, readySeq)
 		return storekit.Result{N: readySeq}, nil
 	}
