@@ -142,13 +142,7 @@ func median(vs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-func (f roundFigure) met() bool {
-	m := median(f.values)
-	if f.atMost {
-		return m <= f.limit
-	}
-	return m >= f.limit
-}
+func (f roundFigure) met() bool { return meets(median(f.values), f.limit, f.atMost) }
 
 // summarizeRounds gathers each figure's values over the rounds, in the
 // order the first round printed them; a target not measured in a round
@@ -183,12 +177,6 @@ func printRoundSummary(w io.Writer, targets, floor []roundFigure, rounds int) {
 	if rounds < 2 || len(targets)+len(floor) == 0 {
 		return
 	}
-	figure := func(v float64, unit string) string {
-		if unit == "ms" {
-			return fmt.Sprintf("%.1f ms", v)
-		}
-		return fmt.Sprintf("%.2f%s", v, unit)
-	}
 	spread := func(f roundFigure) string {
 		lo, hi := slices.Min(f.values), slices.Max(f.values)
 		s := fmt.Sprintf("(%.2f–%.2f×)", lo, hi)
@@ -204,19 +192,12 @@ func printRoundSummary(w io.Writer, targets, floor []roundFigure, rounds int) {
 		fmt.Fprintf(w, "\nissue 21 targets over %d rounds (the median of the rounds' ratios, and their range):\n", rounds)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, f := range targets {
-			op := "≥"
-			if f.atMost {
-				op = "≤"
-			}
-			limit := fmt.Sprintf("%s %g%s", op, f.limit, f.unit)
-			if f.unit == "ms" {
-				limit = fmt.Sprintf("%s %g ms", op, f.limit)
-			}
 			verdict := "not met"
 			if f.met() {
 				verdict = "met"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\n", f.row, f.what, figure(median(f.values), f.unit), spread(f), limit, verdict)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\n", f.row, f.what, figureText(median(f.values), f.unit), spread(f),
+				limitText(f.limit, f.atMost, f.unit), verdict)
 		}
 		tw.Flush()
 	}
@@ -224,7 +205,7 @@ func printRoundSummary(w io.Writer, targets, floor []roundFigure, rounds int) {
 		fmt.Fprintf(w, "\nthe floor over %d rounds (the median of the rounds' ratios, and their range):\n", rounds)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, f := range floor {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\n", f.row, f.what, figure(median(f.values), f.unit), spread(f))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\n", f.row, f.what, figureText(median(f.values), f.unit), spread(f))
 		}
 		tw.Flush()
 	}

@@ -27,14 +27,37 @@ type targetCheck struct {
 	unit   string // "×" for ratios, "ms" for latencies
 }
 
-func (t targetCheck) met() bool {
-	if !t.known {
-		return false
+func (t targetCheck) met() bool { return t.known && meets(t.value, t.limit, t.atMost) }
+
+// meets reports whether v is on the right side of limit: at most it when
+// atMost, else at least it.
+func meets(v, limit float64, atMost bool) bool {
+	if atMost {
+		return v <= limit
 	}
-	if t.atMost {
-		return t.value <= t.limit
+	return v >= limit
+}
+
+// figureText prints a measured figure in its unit: a ratio ("10.93×") or
+// a latency ("8.7 ms").
+func figureText(v float64, unit string) string {
+	if unit == "ms" {
+		return fmt.Sprintf("%.1f ms", v)
 	}
-	return t.value >= t.limit
+	return fmt.Sprintf("%.2f%s", v, unit)
+}
+
+// limitText prints a target's limit with its direction ("≤ 6×", "≥ 0.5×",
+// "≤ 25 ms").
+func limitText(limit float64, atMost bool, unit string) string {
+	op := "≥"
+	if atMost {
+		op = "≤"
+	}
+	if unit == "ms" {
+		return fmt.Sprintf("%s %g ms", op, limit)
+	}
+	return fmt.Sprintf("%s %g%s", op, limit, unit)
 }
 
 // evaluateTargets checks every ingest and e2e row against the ceiling row of
@@ -85,24 +108,12 @@ func printTargets(w io.Writer, ts []targetCheck, clients int) {
 	for _, t := range ts {
 		value, verdict := "-", "not measured"
 		if t.known {
-			value = fmt.Sprintf("%.2f%s", t.value, t.unit)
-			if t.unit == "ms" {
-				value = fmt.Sprintf("%.1f ms", t.value)
-			}
-			verdict = "not met"
+			value, verdict = figureText(t.value, t.unit), "not met"
 			if t.met() {
 				verdict = "met"
 			}
 		}
-		op := "≥"
-		if t.atMost {
-			op = "≤"
-		}
-		limit := fmt.Sprintf("%s %g%s", op, t.limit, t.unit)
-		if t.unit == "ms" {
-			limit = fmt.Sprintf("%s %g ms", op, t.limit)
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t\n", t.row, t.goal, value, limit, verdict)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t\n", t.row, t.goal, value, limitText(t.limit, t.atMost, t.unit), verdict)
 	}
 	tw.Flush()
 	if clients != 64 {

@@ -32,14 +32,14 @@ func (w *writeStmts) prepareOperator(p func(string) *wstmt, row func(string) row
 	// (an operator's retry runs now). The conditions are domain.Job.Retryable and "not
 	// expired", so that a bulk retry needs no read before it.
 	w.retry = row(`UPDATE jobs SET status = 'queued', attempts = 0, deferrals = 0, response_status = 0,
-		response_body = NULL, apart = apart & 5, response_truncated = 0, response_content_type = '', reason = '',
+		response_body = NULL, apart = apart & ` + keepRequestApart + `, response_truncated = 0, response_content_type = '', reason = '',
 		ready_lane = lane, ready_seq = ?, delivery_status = '', delivery_attempts = 0, delivery_response = 0,
 		delivery_reason = '', updated_at = ?, expires_at = ?, not_before = 0, deadline = 0
 		WHERE status IN ('completed', 'failed') AND delivery_status != 'pending' AND (expires_at = 0 OR expires_at > ?)`)
 	// A cancel is a Finish as failed of a job still queued, keeping its
 	// attempts and history.
 	w.cancel = row(`UPDATE jobs SET status = 'failed', updated_at = ?, expires_at = ?, response_status = 0,
-		response_body = NULL, apart = apart & 5, response_truncated = 0, response_content_type = '', reason = ?,
+		response_body = NULL, apart = apart & ` + keepRequestApart + `, response_truncated = 0, response_content_type = '', reason = ?,
 		ready_lane = ?, ready_seq = ?, delivery_status = ?, deferrals = 0
 		WHERE status = 'queued' AND (expires_at = 0 OR expires_at > ?)`)
 	w.processedOf = p("SELECT processed FROM operations WHERE id = ?")

@@ -1,6 +1,8 @@
 package sqlite
 
 import (
+	"strconv"
+
 	"github.com/aquiferhq/aquifer/internal/domain"
 	"github.com/aquiferhq/aquifer/internal/storekit"
 )
@@ -33,6 +35,10 @@ const (
 	apartResponse = 2 // the response body is in job_bodies
 	apartRows     = 4 // job_bodies may hold rows of this job (the trigger deletes them with it)
 )
+
+// keepRequestApart is apartRequest|apartRows in SQL: what of apart a write
+// that replaces or clears the response keeps.
+var keepRequestApart = strconv.Itoa(apartRequest | apartRows)
 
 // bodyKey is a body's key in job_bodies.
 func bodyKey(seq int64, response bool) int64 {

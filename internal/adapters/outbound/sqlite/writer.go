@@ -86,7 +86,7 @@ func (w *writeStmts) prepare(ctx context.Context, wc *wconn) error {
 	w.requeueDelivery = row(`UPDATE jobs SET delivery_attempts = ?, deferrals = ?, delivery_response = ?, delivery_reason = ?,
 		updated_at = ? WHERE delivery_status = 'pending'`)
 	w.finish = row(`UPDATE jobs SET status = ?, attempts = ?, updated_at = ?, expires_at = ?, response_status = ?,
-		response_body = ?, apart = (apart & 5) | ?, response_truncated = ?, response_content_type = ?, reason = ?,
+		response_body = ?, apart = (apart & ` + keepRequestApart + `) | ?, response_truncated = ?, response_content_type = ?, reason = ?,
 		ready_lane = ?, ready_seq = ?, delivery_status = ?, deferrals = 0, history = coalesce(?, history)
 		WHERE status IN ('queued', 'in_flight')`)
 	w.finishDelivery = row(`UPDATE jobs SET delivery_status = ?, delivery_attempts = ?, delivery_response = ?,
@@ -378,22 +378,6 @@ func (s *Store) promoteDue(ctx context.Context, w *wconn, now time.Time, limit i
 // makes its delivery due in p.DeliverIn with a fresh ready_seq. A job that is
 // already terminal is left alone (no second delivery). history is
 // historyArg of p.History (encode).
-// putResponseBody writes a finished job's response body apart, under the
-// job's seq, which the caller may not know (p.Seq 0): then it is read from
-// the row the finish just changed.
-func (s *Store) putResponseBody(ctx context.Context, w *wconn, p *ports.FinishParams, body []byte) error {
-	seq := p.Seq
-	if seq <= 0 {
-		if err := w.queryRow(ctx, s.stmts.seqOf, string(p.ID)).Scan(&seq); err != nil {
-			return fmt.Errorf("finish job: find its row: %w", err)
-		}
-	}
-	if _, err := w.exec(ctx, s.stmts.putBody, bodyKey(seq, true), body); err != nil {
-		return fmt.Errorf("finish job: response body: %w", err)
-	}
-	return nil
-}
-
 func (s *Store) applyFinish(ctx context.Context, w *wconn, p *ports.FinishParams, history any) (storekit.Result, error) {
 	r := p.Result
 	if r == nil {
@@ -427,6 +411,22 @@ func (s *Store) applyFinish(ctx context.Context, w *wconn, p *ports.FinishParams
 		return storekit.Result{}, fmt.Errorf("finish job: %w", err)
 	}
 	return storekit.Result{}, nil // already terminal
+}
+
+// putResponseBody writes a finished job's response body apart, under the
+// job's seq, which the caller may not know (p.Seq 0): then it is read from
+// the row the finish just changed.
+func (s *Store) putResponseBody(ctx context.Context, w *wconn, p *ports.FinishParams, body []byte) error {
+	seq := p.Seq
+	if seq <= 0 {
+		if err := w.queryRow(ctx, s.stmts.seqOf, string(p.ID)).Scan(&seq); err != nil {
+			return fmt.Errorf("finish job: find its row: %w", err)
+		}
+	}
+	if _, err := w.exec(ctx, s.stmts.putBody, bodyKey(seq, true), body); err != nil {
+		return fmt.Errorf("finish job: response body: %w", err)
+	}
+	return nil
 }
 
 // deliveryDue is what finishing a job sets besides its result: for a job
